@@ -1,0 +1,195 @@
+"""`qrewrite` command line: one subcommand per pipeline stage (each Snakemake rule / DVC stage calls one)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import time
+
+from . import __version__
+from .errors import QrewriteError
+
+log = logging.getLogger("qrewrite")
+
+
+def _common(p: argparse.ArgumentParser, tenant: bool = True) -> None:
+    p.add_argument("--config", default="config.yaml", help="pipeline config (default: %(default)s)")
+    if tenant:
+        p.add_argument("--tenant", required=True, help="tenant name from config.yaml")
+
+
+def _load(args):
+    from .config import load_config, tenant_config
+
+    cfg = load_config(args.config)
+    return cfg, (tenant_config(cfg, args.tenant) if getattr(args, "tenant", None) else None)
+
+
+def cmd_build_excel(args) -> None:
+    from .data.excel import build_excel
+
+    _, tenant = _load(args)
+    if not tenant["demo_source"]:
+        raise QrewriteError(f"tenant {tenant['name']} has no demo_source; its raw Excel is supplied by you",
+                            hint=f"put the file at {tenant['raw_excel']}")
+    n = build_excel(tenant["demo_source"], args.out or tenant["raw_excel"], tenant["columns"])
+    log.info("wrote %s rows to %s", n, args.out or tenant["raw_excel"])
+
+
+def cmd_ingest(args) -> None:
+    from .data.ingest import ingest
+    from .io_utils import write_json, write_jsonl
+
+    _, tenant = _load(args)
+    rows, stats = ingest(tenant)
+    write_jsonl(args.out, rows)
+    write_json(args.stats, stats)
+    log.info("ingest %s: %s", tenant["name"], stats)
+
+
+def cmd_teach(args) -> None:
+    from .io_utils import read_jsonl, write_json, write_jsonl
+    from .teacher.stage import run_teacher
+
+    cfg, tenant = _load(args)
+    rows, stats = asyncio.run(run_teacher(cfg, tenant, read_jsonl(args.queries), progress=not args.no_progress))
+    write_jsonl(args.out, rows)
+    write_json(args.stats, stats)
+    log.info("teacher %s: %s", tenant["name"], {k: v for k, v in stats.items() if k != "dropped"})
+
+
+def cmd_validate(args) -> None:
+    from .io_utils import read_jsonl, write_json, write_jsonl
+    from .validate import run_validation
+
+    cfg, tenant = _load(args)
+    rows, stats = asyncio.run(run_validation(cfg, tenant, read_jsonl(args.queries), read_jsonl(args.teacher),
+                                             progress=not args.no_progress))
+    write_jsonl(args.out, rows)
+    write_json(args.stats, stats)
+    log.info("validate %s: %s", tenant["name"], stats)
+
+
+def cmd_split(args) -> None:
+    from .io_utils import read_jsonl, write_json, write_jsonl
+    from .split import SPLITS, build_splits
+
+    cfg, tenant = _load(args)
+    splits, stats = build_splits(cfg, tenant, read_jsonl(args.queries), read_jsonl(args.teacher),
+                                 read_jsonl(args.validated))
+    for name in SPLITS:
+        write_jsonl(f"{args.out_dir}/{name}.jsonl", splits[name])
+    write_json(args.stats, stats)
+    log.info("split %s: %s", tenant["name"], stats)
+
+
+def cmd_summarize(args) -> None:
+    from .io_utils import read_json, write_json
+    from .paths import STAGES
+    from .summary import build_summary
+
+    stats = {s: read_json(p) for s, p in zip(STAGES, args.stats)}
+    write_json(args.out, build_summary(args.tenant, stats))
+
+
+def cmd_serve_rag(args) -> None:
+    from .rag.server import serve
+
+    cfg, _ = _load(args)
+    serve(cfg, args.host or cfg["rag"]["serve"]["host"], args.port or cfg["rag"]["serve"]["port"])
+
+
+def cmd_config(args) -> None:
+    import yaml
+
+    cfg, _ = _load(args)
+    # Config holds only env var *names* for secrets, so the full dump is safe to print.
+    sys.stdout.write(yaml.safe_dump(cfg, allow_unicode=True, sort_keys=False))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="qrewrite", description="Train query-rewrite models for RAG: raw Excel → teacher → RAG-validated "
+        "SFT data → LoRA SFT → RL → eval. Each subcommand is one pipeline stage.")
+    parser.add_argument("--version", action="version", version=f"qrewrite {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("build-excel", help="build a demo tenant's raw Excel from its reviewable JSONL source")
+    _common(p)
+    p.add_argument("--out", help="output .xlsx (default: tenants[].raw_excel)")
+    p.set_defaults(func=cmd_build_excel)
+
+    p = sub.add_parser("ingest", help="raw Excel → queries.jsonl (stable ids, counted drops)")
+    _common(p)
+    p.add_argument("--out", required=True)
+    p.add_argument("--stats", required=True)
+    p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("teach", help="queries.jsonl → teacher.jsonl (cached teacher rewrites)")
+    _common(p)
+    p.add_argument("--queries", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--stats", required=True)
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_teach)
+
+    p = sub.add_parser("validate", help="teacher.jsonl → validated.jsonl (RAG results, rewrite vs raw query)")
+    _common(p)
+    p.add_argument("--queries", required=True)
+    p.add_argument("--teacher", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--stats", required=True)
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("split", help="validated.jsonl → sft/{train,val,test}.jsonl (filter, dedupe, split)")
+    _common(p)
+    p.add_argument("--queries", required=True)
+    p.add_argument("--teacher", required=True)
+    p.add_argument("--validated", required=True)
+    p.add_argument("--out-dir", required=True)
+    p.add_argument("--stats", required=True)
+    p.set_defaults(func=cmd_split)
+
+    p = sub.add_parser("summarize", help="per-stage stats → summary.json")
+    p.add_argument("--tenant", required=True)
+    p.add_argument("--stats", nargs=4, required=True, metavar="JSON", help="ingest, teacher, validate, split stats")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_summarize)
+
+    p = sub.add_parser("serve-rag", help="serve the local BM25 retriever over the tenant RAG HTTP API")
+    _common(p, tenant=False)
+    p.add_argument("--host", help="bind address (default rag.serve.host, 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default rag.serve.port)")
+    p.set_defaults(func=cmd_serve_rag)
+
+    p = sub.add_parser("config", help="print the validated config with defaults filled in")
+    _common(p, tenant=False)
+    p.set_defaults(func=cmd_config)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("httpx", "httpcore", "openai"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    start = time.perf_counter()
+    try:
+        args.func(args)
+    except QrewriteError as exc:
+        print(f"qrewrite {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"qrewrite {args.command}: interrupted; rerun to resume (cached calls are kept)", file=sys.stderr)
+        return 130
+    log.debug("%s took %.2fs", args.command, time.perf_counter() - start)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""Load config.yaml, validate it against the JSON schema and fill in defaults.
+
+The same schema file is used by the Snakefile (`snakemake.utils.validate`), so the CLI and the
+workflow always agree on defaults.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from .errors import QrewriteError
+
+SCHEMA_PATH = Path(__file__).parent / "schemas" / "config.schema.yaml"
+
+
+def load_schema() -> dict:
+    with open(SCHEMA_PATH, encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+def _with_defaults(validator_class):
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, sub in properties.items():
+                if "default" in sub and name not in instance:
+                    instance[name] = copy.deepcopy(sub["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+_DefaultValidator = _with_defaults(jsonschema.Draft7Validator)
+
+
+def validate_config(cfg: dict, source: str = "config") -> dict:
+    """Return a validated deep copy of `cfg` with defaults filled; raise QrewriteError naming the key."""
+    cfg = copy.deepcopy(cfg)
+    errors = sorted(_DefaultValidator(load_schema()).iter_errors(cfg), key=lambda e: list(e.absolute_path))
+    if errors:
+        err = errors[0]
+        where = ".".join(str(p) for p in err.absolute_path) or "(top level)"
+        raise QrewriteError(f"config key {where}: {err.message}", file=source,
+                            hint=f"see {SCHEMA_PATH.name} for allowed keys and types")
+    names = [t["name"] for t in cfg["tenants"]]
+    dupes = {n for n in names if names.count(n) > 1}
+    if dupes:
+        raise QrewriteError(f"tenant names must be unique, repeated: {sorted(dupes)}", file=source)
+    split = cfg["split"]
+    if abs(split["train"] + split["val"] + split["test"] - 1.0) > 1e-6:
+        raise QrewriteError("split.train + split.val + split.test must sum to 1", file=source)
+    return cfg
+
+
+def load_config(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.exists():
+        raise QrewriteError("config file not found", file=str(path), hint="pass --config PATH")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            raw = yaml.safe_load(fh) or {}
+    except yaml.YAMLError as exc:
+        raise QrewriteError(f"not valid YAML: {exc}", file=str(path)) from None
+    if not isinstance(raw, dict):
+        raise QrewriteError("top level must be a mapping", file=str(path))
+    return validate_config(raw, source=str(path))
+
+
+def tenant_config(cfg: dict, name: str) -> dict:
+    for tenant in cfg["tenants"]:
+        if tenant["name"] == name:
+            return tenant
+    known = ", ".join(t["name"] for t in cfg["tenants"])
+    raise QrewriteError(f"unknown tenant {name!r}; tenants in config: {known}",
+                        hint="add it under `tenants:` in config.yaml or fix the name")
+

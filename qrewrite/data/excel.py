@@ -1,0 +1,135 @@
+"""Read a tenant's raw Excel test set; build the demo Excel from its reviewable JSONL source."""
+
+from __future__ import annotations
+
+import datetime as dt
+import zipfile
+from pathlib import Path
+
+import openpyxl
+from openpyxl.utils.exceptions import InvalidFileException
+
+from ..errors import QrewriteError
+from ..io_utils import atomic_path, read_jsonl
+
+_OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # encrypted .xlsx and legacy .xls are OLE containers
+_FIXED_TIME = dt.datetime(2020, 1, 1)
+
+
+def _open_workbook(path: Path):
+    if not path.exists():
+        raise QrewriteError("raw Excel file not found", file=str(path),
+                            hint="check tenants[].raw_excel in config.yaml")
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+    if head == _OLE_MAGIC:
+        raise QrewriteError("file is password-protected or a legacy .xls, not an .xlsx workbook", file=str(path),
+                            hint="remove the password / save as .xlsx in Excel, then rerun")
+    if not head.startswith(b"PK"):
+        kind = "empty" if not head else "text (CSV?)" if all(32 <= b < 127 or b in (9, 10, 13) for b in head) \
+            else "not a zip archive"
+        raise QrewriteError(f"not an Excel .xlsx file (content looks {kind})", file=str(path),
+                            hint="export the sheet as .xlsx; a CSV renamed to .xlsx is not a workbook")
+    try:
+        # Not read-only: merged-cell ranges are only available on a normal worksheet.
+        return openpyxl.load_workbook(path, data_only=False)
+    except (InvalidFileException, zipfile.BadZipFile, KeyError, OSError, ValueError) as exc:
+        raise QrewriteError(f"cannot read workbook ({type(exc).__name__}: {exc})", file=str(path),
+                            hint="open and re-save it as .xlsx") from None
+
+
+def _cell_text(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value).strip()
+
+
+def read_excel(path: str | Path, columns: dict, sheet: str | None = None) -> list[dict]:
+    """Rows as dicts with keys query/profile/history/gold and `row` (1-based Excel row number).
+
+    Errors name the file, row and column. Rows whose cells are all empty are skipped silently (Excel
+    often keeps formatted blank rows); everything else is returned for ingest to normalise or drop.
+    """
+    path = Path(path)
+    wb = _open_workbook(path)
+    try:
+        if sheet is not None and sheet not in wb.sheetnames:
+            raise QrewriteError(f"sheet {sheet!r} not found; sheets: {wb.sheetnames}", file=str(path))
+        ws = wb[sheet] if sheet else wb.worksheets[0]
+        if ws.max_row < 1 or (ws.max_row == 1 and ws.max_column == 1 and ws.cell(1, 1).value is None):
+            raise QrewriteError(f"sheet {ws.title!r} is empty", file=str(path),
+                                hint="the first row must hold the column headers")
+        header = [_cell_text(c.value) for c in ws[1]]
+        wanted = {key: columns.get(key) for key in ("query", "profile", "history", "gold")}
+        index: dict[str, int] = {}
+        for key, name in wanted.items():
+            if name is None:
+                continue
+            if name not in header:
+                if key == "gold":
+                    continue  # the gold column is optional
+                found = [h for h in header if h]
+                raise QrewriteError(f"missing column {name!r} ({key}); columns found: {found}", file=str(path),
+                                    row=1, column=name, hint=f"rename the column or set tenants[].columns.{key}")
+            index[key] = header.index(name)
+        for rng in ws.merged_cells.ranges:
+            if rng.max_row >= 2 and any(rng.min_col - 1 <= i <= rng.max_col - 1 for i in index.values()):
+                col = header[rng.min_col - 1] if rng.min_col - 1 < len(header) else rng.coord
+                raise QrewriteError(f"merged cells {rng.coord} in the data area", file=str(path), row=rng.min_row,
+                                    column=col, hint="unmerge the cells and fill each row's value")
+        rows = []
+        for r, cells in enumerate(ws.iter_rows(min_row=2), start=2):
+            rec = {"row": r}
+            for key, i in index.items():
+                cell = cells[i] if i < len(cells) else None
+                if cell is not None and cell.data_type == "f":
+                    raise QrewriteError(f"cell {cell.coordinate} holds a formula ({cell.value}), not a value",
+                                        file=str(path), row=r, column=header[i],
+                                        hint="paste the column as values in Excel")
+                rec[key] = _cell_text(cell.value if cell is not None else None)
+            if not any(rec.get(k) for k in index):
+                continue
+            rows.append(rec)
+        return rows
+    finally:
+        wb.close()
+
+
+def build_excel(source: str | Path, out: str | Path, columns: dict) -> int:
+    """Write the demo workbook from its JSONL source (query, profile, history, gold_doc_ids).
+
+    Timestamps are pinned so the same source always gives the same bytes (stable hashes for DVC/lineage).
+    """
+    rows = read_jsonl(source)
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws.title = "queries"
+    header = [columns["query"], columns["profile"], columns["history"]]
+    if columns.get("gold"):
+        header.append(columns["gold"])
+    ws.append(header)
+    for i, r in enumerate(rows, 1):
+        if not isinstance(r.get("query"), str):
+            raise QrewriteError("missing field", file=str(source), row=i, column="query")
+        line = [r["query"], r.get("profile", ""), r.get("history", "")]
+        if columns.get("gold"):
+            line.append(",".join(r.get("gold_doc_ids", [])))
+        ws.append(line)
+    wb.properties.created = wb.properties.modified = _FIXED_TIME
+    with atomic_path(out) as tmp:
+        wb.save(tmp)
+        _pin_zip_times(tmp)
+    return len(rows)
+
+
+def _pin_zip_times(path: Path) -> None:
+    with zipfile.ZipFile(path) as zin:
+        entries = [(info, zin.read(info.filename)) for info in zin.infolist()]
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zout:
+        for info, data in entries:
+            fixed = zipfile.ZipInfo(info.filename, date_time=_FIXED_TIME.timetuple()[:6])
+            fixed.compress_type = zipfile.ZIP_DEFLATED
+            fixed.external_attr = info.external_attr
+            zout.writestr(fixed, data)

@@ -1,0 +1,104 @@
+"""Client for a tenant's RAG service (default shape: POST /api/chat/general_rag)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import httpx
+
+from ..errors import QrewriteError, ServiceUnavailable
+from ..retry import backoff_delay, retry_after_seconds
+
+RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+
+
+def _dig(obj, dotted: str):
+    for part in dotted.split("."):
+        if not isinstance(obj, dict) or part not in obj:
+            return None
+        obj = obj[part]
+    return obj
+
+
+class HttpRag:
+    def __init__(self, http_cfg: dict, *, tenant_id: str, kb_name: str, top_k: int, score_threshold: float,
+                 concurrency: int):
+        self.cfg = http_cfg
+        self.fields = http_cfg["fields"]
+        self.url = http_cfg["base_url"].rstrip("/") + http_cfg["path"]
+        self.tenant_id, self.kb_name = tenant_id, kb_name
+        self.top_k, self.score_threshold = top_k, score_threshold
+        headers = {}
+        if http_cfg.get("api_key_env"):
+            token = os.environ.get(http_cfg["api_key_env"])
+            if not token:
+                raise QrewriteError(f"environment variable {http_cfg['api_key_env']} is not set",
+                                    hint="export it, or set rag.http.api_key_env: null")
+            headers["Authorization"] = f"Bearer {token}"
+        self.client = httpx.AsyncClient(timeout=http_cfg["timeout_s"], headers=headers)
+        self.sem = asyncio.Semaphore(concurrency)
+        self.calls = 0
+
+    def _payload(self, query: str, rewritten_query: str | None) -> dict:
+        f = self.fields
+        return {f["query"]: query, f["rewritten_query"]: rewritten_query or "", f["tenant_id"]: self.tenant_id,
+                f["kb_name"]: self.kb_name, f["top_k"]: self.top_k, f["score_threshold"]: self.score_threshold}
+
+    def _parse(self, body) -> list[dict]:
+        f = self.fields
+        recall = _dig(body, f["recall_path"])
+        if not isinstance(recall, list):
+            raise QrewriteError(
+                f"RAG response from {self.url} has no list at {f['recall_path']!r} "
+                f"(top-level keys: {sorted(body) if isinstance(body, dict) else type(body).__name__})",
+                hint="set rag.http.fields.recall_path to where the service puts its results")
+        hits = []
+        for i, item in enumerate(recall):
+            if not isinstance(item, dict) or f["doc_id"] not in item or f["score"] not in item:
+                raise QrewriteError(
+                    f"RAG response from {self.url}: recall[{i}] lacks {f['doc_id']!r} or {f['score']!r}",
+                    hint="set rag.http.fields.doc_id / .score to the service's field names")
+            try:
+                score = float(item[f["score"]])
+            except (TypeError, ValueError):
+                raise QrewriteError(f"RAG response from {self.url}: recall[{i}].{f['score']} is not a number: "
+                                    f"{item[f['score']]!r}") from None
+            hits.append({"doc_id": str(item[f["doc_id"]]), "content": str(item.get(f["content"], "")),
+                         "reranker_score": score})
+        hits.sort(key=lambda h: -h["reranker_score"])
+        return hits
+
+    async def search(self, query: str, rewritten_query: str | None = None) -> list[dict]:
+        attempts = self.cfg["max_retries"] + 1
+        last = "no attempt"
+        async with self.sem:
+            for attempt in range(attempts):
+                retry_after = None
+                try:
+                    self.calls += 1
+                    resp = await self.client.post(self.url, json=self._payload(query, rewritten_query))
+                    if resp.status_code < 400:
+                        try:
+                            body = resp.json()
+                        except ValueError:
+                            last = "response body is not JSON"
+                        else:
+                            return self._parse(body)
+                    elif resp.status_code in RETRY_STATUS:
+                        last = f"HTTP {resp.status_code}"
+                        retry_after = retry_after_seconds(resp.headers)
+                    else:
+                        raise QrewriteError(f"RAG service {self.url} answered HTTP {resp.status_code}: "
+                                            f"{resp.text[:200]}", hint="check rag.http settings and the request fields")
+                except (httpx.TimeoutException, httpx.TransportError) as exc:
+                    last = f"{type(exc).__name__}: {exc}"
+                if attempt + 1 < attempts:
+                    await asyncio.sleep(backoff_delay(attempt, self.cfg["backoff_base_s"], 10.0, retry_after))
+        raise ServiceUnavailable(
+            f"RAG service {self.url} failed after {attempts} attempts (last: {last})",
+            hint="start it (`qrewrite serve-rag` for the local one) or fix rag.http.base_url; rerun resumes")
+
+    async def aclose(self):
+        await self.client.aclose()
+

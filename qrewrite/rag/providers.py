@@ -1,0 +1,33 @@
+"""Pick the retrieval provider named in config; both expose `async search(query, rewritten_query)`."""
+
+from __future__ import annotations
+
+from ..kb import load_kb
+from .http_client import HttpRag
+from .local import LocalRetriever
+
+
+class LocalRag:
+    """Async face of the in-process BM25 retriever, so stages treat both providers alike."""
+
+    def __init__(self, retriever, *, top_k: int, score_threshold: float):
+        self.retriever, self.top_k, self.score_threshold = retriever, top_k, score_threshold
+        self.calls = 0
+
+    async def search(self, query: str, rewritten_query: str | None = None) -> list[dict]:
+        self.calls += 1
+        return self.retriever.search(rewritten_query or query, self.top_k, self.score_threshold)
+
+    async def aclose(self):
+        pass
+
+
+def make_rag(cfg: dict, tenant: dict):
+    rag = cfg["rag"]
+    common = dict(top_k=rag["top_k"], score_threshold=rag["score_threshold"])
+    if rag["provider"] == "http":
+        return HttpRag(rag["http"], tenant_id=tenant["tenant_id"] or tenant["name"], kb_name=tenant["kb"]["name"],
+                       concurrency=rag["concurrency"], **common)
+    retriever = LocalRetriever(load_kb(tenant["kb"]["path"]), tenant["language"], rag["local"]["k1"],
+                               rag["local"]["b"])
+    return LocalRag(retriever, **common)

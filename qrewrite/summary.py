@@ -1,0 +1,28 @@
+"""Per-stage stats → results/T/summary.json: counts in/out per stage and drops per reason."""
+
+from __future__ import annotations
+
+from .paths import STAGES
+
+
+def build_summary(tenant: str, stats: dict[str, dict]) -> dict:
+    missing = [s for s in STAGES if s not in stats]
+    if missing:
+        raise ValueError(f"missing stage stats: {missing}")
+    funnel = [{"stage": s, "in": stats[s]["in"], "out": stats[s]["out"],
+               "dropped": sum(stats[s]["dropped"].values())} for s in STAGES]
+    # Every row that entered a stage either left it or was dropped for a named reason.
+    for f in funnel:
+        if f["in"] != f["out"] + f["dropped"]:
+            raise ValueError(f"stage {f['stage']} does not balance: {f}")
+    return {
+        "tenant": tenant,
+        "funnel": funnel,
+        "dropped": {s: stats[s]["dropped"] for s in STAGES},
+        "teacher": {k: stats["teacher"][k] for k in ("provider", "model", "cache_hits", "new_calls",
+                                                      "failed_calls", "tokens", "cost_usd")},
+        "retrieval": {"hit_at_1": stats["validate"]["hit_at_1"],
+                      "rewrite_beats_original_share": stats["validate"]["rewrite_beats_original_share"]},
+        "splits": stats["split"]["splits"],
+        "stages": stats,
+    }

@@ -1,0 +1,1 @@
+"""Teacher rewrites: an OpenAI-compatible LLM (`openai`) or RM3 pseudo-relevance feedback (`prf`)."""

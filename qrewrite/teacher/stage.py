@@ -1,0 +1,104 @@
+"""results/T/queries.jsonl → results/T/teacher.jsonl, one row per query, with a disk cache."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+
+from tqdm import tqdm
+
+from ..errors import ServiceUnavailable
+from ..prompts import prompt_hash, rewrite_messages
+from .cache import DiskCache, call_key
+from .openai_teacher import CallFailed, OpenAITeacher
+from .prf import PrfTeacher
+
+# After this many transient failures in a row the service is taken to be down: stop, say so, write nothing.
+CIRCUIT_BREAKER = 20
+
+
+def make_teacher(cfg: dict, tenant: dict):
+    tcfg = cfg["teacher"]
+    if tcfg["provider"] == "openai":
+        return OpenAITeacher(tcfg["openai"], tcfg["prices"])
+    from ..kb import load_kb
+    from ..rag.local import LocalRetriever
+
+    retriever = LocalRetriever(load_kb(tenant["kb"]["path"]), tenant["language"], cfg["rag"]["local"]["k1"],
+                               cfg["rag"]["local"]["b"])
+    return PrfTeacher(retriever, tcfg["prf"])
+
+
+async def _call(teacher, messages: list[dict], row: dict) -> dict:
+    if isinstance(teacher, PrfTeacher):
+        start = time.perf_counter()
+        text = teacher.rewrite(row["query"], row["profile"], row["history"])
+        return {"rewrite": text, "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+                "model": teacher.model, "latency_s": round(time.perf_counter() - start, 6), "attempts": 1}
+    return await teacher.rewrite(messages)
+
+
+async def run_teacher(cfg: dict, tenant: dict, queries: list[dict], *, progress: bool = True) -> tuple[list, dict]:
+    teacher = make_teacher(cfg, tenant)
+    cache = DiskCache(cfg["teacher"]["cache_dir"])
+    sem = asyncio.Semaphore(cfg["teacher"]["concurrency"])
+    consecutive_transient = 0
+    service_down = asyncio.Event()
+
+    async def one(row: dict) -> dict:
+        nonlocal consecutive_transient
+        messages = rewrite_messages(tenant, row)
+        key = call_key(teacher.provider, teacher.model, messages, teacher.params)
+        base = {"id": row["id"], "provider": teacher.provider, "model": teacher.model,
+                "prompt_hash": prompt_hash(messages), "call_key": key}
+        hit = cache.get(key)
+        if hit is not None:
+            return {**base, "status": "ok", "reason": None, **hit, "cached": True}
+        async with sem:
+            if service_down.is_set():
+                return {**base, "status": "error", "reason": "skipped: service down", "cached": False}
+            try:
+                out = await _call(teacher, messages, row)
+            except CallFailed as exc:
+                if exc.transient:
+                    consecutive_transient += 1
+                    if consecutive_transient >= CIRCUIT_BREAKER:
+                        service_down.set()
+                return {**base, "status": "error", "reason": exc.reason, "rewrite": None, "usage": None,
+                        "latency_s": None, "cost_usd": None, "cached": False}
+        consecutive_transient = 0
+        out["cost_usd"] = teacher.cost(out["usage"]) if isinstance(teacher, OpenAITeacher) else 0.0
+        cache.put(key, out)  # persisted the moment it succeeds: a kill after this repeats nothing
+        return {**base, "status": "ok", "reason": None, **out, "cached": False}
+
+    tasks = [asyncio.create_task(one(r)) for r in queries]
+    results = []
+    try:
+        bar = tqdm(total=len(tasks), desc=f"teacher[{tenant['name']}:{teacher.provider}]", unit="q",
+                   disable=not progress, mininterval=0.5)
+        for fut in asyncio.as_completed(tasks):
+            results.append(await fut)
+            bar.update(1)
+        bar.close()
+    finally:
+        for t in tasks:
+            t.cancel()
+        if hasattr(teacher, "aclose"):
+            await teacher.aclose()
+    if service_down.is_set():
+        raise ServiceUnavailable(
+            f"teacher API {getattr(teacher, 'base_url', teacher.provider)} failed {CIRCUIT_BREAKER} calls in a row "
+            f"(last: {next(r['reason'] for r in results if r['status'] == 'error')})",
+            hint="check the service and rerun: successful calls are cached and will not be repeated")
+    order = {r["id"]: i for i, r in enumerate(queries)}
+    results.sort(key=lambda r: order[r["id"]])
+    status = Counter(r["status"] for r in results)
+    reasons = Counter(r["reason"] for r in results if r["status"] != "ok")
+    stats = {"stage": "teacher", "in": len(queries), "out": status["ok"], "dropped": dict(reasons),
+             "provider": teacher.provider, "model": teacher.model,
+             "cache_hits": cache.hits, "new_calls": sum(1 for r in results if r["status"] == "ok" and not r["cached"]),
+             "failed_calls": status["error"],
+             "tokens": sum((r.get("usage") or {}).get("total_tokens") or 0 for r in results if r["status"] == "ok"),
+             "cost_usd": round(sum(r.get("cost_usd") or 0 for r in results if r["status"] == "ok"), 6)}
+    return results, stats

@@ -1,0 +1,116 @@
+# Data half: raw Excel → queries → teacher → validated → SFT splits → summary.
+
+
+rule build_excel:
+    """Demo tenants only: build the raw Excel from its reviewable JSONL source (exercises the Excel reader)."""
+    input:
+        source=lambda wc: TENANTS[wc.tenant]["demo_source"],
+    output:
+        "data/raw/{tenant}.xlsx",
+    params:
+        columns=lambda wc: TENANTS[wc.tenant]["columns"],
+    log:
+        "logs/{tenant}/build_excel.log",
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    shell:
+        "qrewrite build-excel --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --out {output} 2> {log}"
+
+
+rule ingest:
+    input:
+        excel=raw_excel,
+        kb=lambda wc: TENANTS[wc.tenant]["kb"]["path"],
+    output:
+        queries=T("queries"),
+        stats=T("stats_ingest"),
+    params:
+        tenant=tenant_cfg,
+    log:
+        "logs/{tenant}/ingest.log",
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    shell:
+        "qrewrite ingest --config {RESOLVED_CONFIG} --tenant {wildcards.tenant}"
+        " --out {output.queries} --stats {output.stats} 2> {log}"
+
+
+rule teacher:
+    input:
+        queries=T("queries"),
+        kb=lambda wc: TENANTS[wc.tenant]["kb"]["path"],
+    output:
+        teacher=T("teacher"),
+        stats=T("stats_teacher"),
+    params:
+        teacher=config["teacher"],
+        system_prompt=lambda wc: TENANTS[wc.tenant]["system_prompt"],
+    log:
+        "logs/{tenant}/teacher.log",
+    resources:
+        mem_mb=2000,
+        runtime=120,
+    shell:
+        "qrewrite teach --config {RESOLVED_CONFIG} --tenant {wildcards.tenant}"
+        " --queries {input.queries} --out {output.teacher} --stats {output.stats} 2> {log}"
+
+
+rule validate:
+    input:
+        queries=T("queries"),
+        teacher=T("teacher"),
+        kb=lambda wc: TENANTS[wc.tenant]["kb"]["path"],
+    output:
+        validated=T("validated"),
+        stats=T("stats_validate"),
+    params:
+        rag=config["rag"],
+    log:
+        "logs/{tenant}/validate.log",
+    resources:
+        mem_mb=2000,
+        runtime=60,
+    shell:
+        "qrewrite validate --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --queries {input.queries}"
+        " --teacher {input.teacher} --out {output.validated} --stats {output.stats} 2> {log}"
+
+
+rule split:
+    input:
+        queries=T("queries"),
+        teacher=T("teacher"),
+        validated=T("validated"),
+    output:
+        train=T("train"),
+        val=T("val"),
+        test=T("test"),
+        stats=T("stats_split"),
+    params:
+        thresholds=lambda wc: TENANTS[wc.tenant]["thresholds"],
+        split=config["split"],
+        out_dir=lambda wc: tenant_paths(wc.tenant)["sft_dir"],
+    log:
+        "logs/{tenant}/split.log",
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    shell:
+        "qrewrite split --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --queries {input.queries}"
+        " --teacher {input.teacher} --validated {input.validated} --out-dir {params.out_dir}"
+        " --stats {output.stats} 2> {log}"
+
+
+rule summarize:
+    input:
+        stats=[T(f"stats_{s}") for s in STAGES],
+    output:
+        T("summary"),
+    log:
+        "logs/{tenant}/summarize.log",
+    resources:
+        mem_mb=500,
+        runtime=5,
+    shell:
+        "qrewrite summarize --tenant {wildcards.tenant} --stats {input.stats} --out {output} 2> {log}"
