@@ -22,6 +22,9 @@ EN_STOPWORDS = frozenset(
     "what how which who when where why please about".split()
 )
 _WORD = re.compile(r"\w", re.UNICODE)
+_CJK_RUN = re.compile(r"[\u4e00-\u9fff]{2,}")
+# Particles that make bigrams like "了氨" noise.
+_BIGRAM_SKIP = frozenset("的了吗呢吧啊呀嘛哦么是我你他她它这那就都也还和与或在有要想请问下个")
 
 
 def normalize(text: str) -> str:
@@ -38,4 +41,10 @@ def tokenize(text: str, language: str = "zh") -> list[str]:
     else:
         tokens = re.findall(r"[a-z0-9]+", text)
         stop = EN_STOPWORDS
-    return [t for t in (tok.strip() for tok in tokens) if t and _WORD.search(t) and t not in stop]
+    words = [t for t in (tok.strip() for tok in tokens) if t and _WORD.search(t) and t not in stop]
+    if language == "zh":
+        # jieba segments the same name differently by context ("了氨糖的" → 氨/糖, but 氨糖 in the KB):
+        # overlapping CJK bigrams make matching independent of segmentation.
+        words += [a + b for run in _CJK_RUN.findall(text) for a, b in zip(run, run[1:])
+                  if a + b not in stop and a not in _BIGRAM_SKIP and b not in _BIGRAM_SKIP]
+    return words

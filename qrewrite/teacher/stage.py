@@ -44,6 +44,7 @@ async def run_teacher(cfg: dict, tenant: dict, queries: list[dict], *, progress:
     cache = DiskCache(cfg["teacher"]["cache_dir"])
     sem = asyncio.Semaphore(cfg["teacher"]["concurrency"])
     consecutive_transient = 0
+    new_calls: list[str] = []  # successful calls made in this run (not from cache)
     service_down = asyncio.Event()
 
     async def one(row: dict) -> dict:
@@ -54,10 +55,10 @@ async def run_teacher(cfg: dict, tenant: dict, queries: list[dict], *, progress:
                 "prompt_hash": prompt_hash(messages), "call_key": key}
         hit = cache.get(key)
         if hit is not None:
-            return {**base, "status": "ok", "reason": None, **hit, "cached": True}
+            return {**base, "status": "ok", "reason": None, **hit}
         async with sem:
             if service_down.is_set():
-                return {**base, "status": "error", "reason": "skipped: service down", "cached": False}
+                return {**base, "status": "error", "reason": "skipped: service down"}
             try:
                 out = await _call(teacher, messages, row)
             except CallFailed as exc:
@@ -66,11 +67,12 @@ async def run_teacher(cfg: dict, tenant: dict, queries: list[dict], *, progress:
                     if consecutive_transient >= CIRCUIT_BREAKER:
                         service_down.set()
                 return {**base, "status": "error", "reason": exc.reason, "rewrite": None, "usage": None,
-                        "latency_s": None, "cost_usd": None, "cached": False}
+                        "latency_s": None, "cost_usd": None}
         consecutive_transient = 0
         out["cost_usd"] = teacher.cost(out["usage"]) if isinstance(teacher, OpenAITeacher) else 0.0
         cache.put(key, out)  # persisted the moment it succeeds: a kill after this repeats nothing
-        return {**base, "status": "ok", "reason": None, **out, "cached": False}
+        new_calls.append(key)
+        return {**base, "status": "ok", "reason": None, **out}
 
     tasks = [asyncio.create_task(one(r)) for r in queries]
     results = []
@@ -97,7 +99,7 @@ async def run_teacher(cfg: dict, tenant: dict, queries: list[dict], *, progress:
     reasons = Counter(r["reason"] for r in results if r["status"] != "ok")
     stats = {"stage": "teacher", "in": len(queries), "out": status["ok"], "dropped": dict(reasons),
              "provider": teacher.provider, "model": teacher.model,
-             "cache_hits": cache.hits, "new_calls": sum(1 for r in results if r["status"] == "ok" and not r["cached"]),
+             "cache_hits": cache.hits, "new_calls": len(new_calls),
              "failed_calls": status["error"],
              "tokens": sum((r.get("usage") or {}).get("total_tokens") or 0 for r in results if r["status"] == "ok"),
              "cost_usd": round(sum(r.get("cost_usd") or 0 for r in results if r["status"] == "ok"), 6)}

@@ -1,0 +1,165 @@
+"""Shared fixtures: a scratch project dir, real servers on loopback, and a CLI runner."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode} before answering {url}")
+        try:
+            if httpx.get(url, timeout=2).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{url} did not come up in {timeout}s")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class Project:
+    """A scratch copy of the project's config and data, to run stages in without touching the repo."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        shutil.copytree(REPO / "data" / "kb", root / "data" / "kb")
+        shutil.copytree(REPO / "data" / "demo", root / "data" / "demo")
+        self.config_path = root / "config.yaml"
+        shutil.copy(REPO / "config.yaml", self.config_path)
+
+    @property
+    def config(self) -> dict:
+        return yaml.safe_load(self.config_path.read_text(encoding="utf-8"))
+
+    def set_config(self, cfg: dict) -> None:
+        self.config_path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+
+    def update(self, **sections) -> None:
+        cfg = self.config
+        for key, value in sections.items():
+            if isinstance(value, dict) and isinstance(cfg.get(key), dict):
+                cfg[key] = {**cfg[key], **value}
+            else:
+                cfg[key] = value
+        self.set_config(cfg)
+
+    def keep_queries(self, tenant: str, n: int) -> None:
+        """Trim a tenant's demo source to its first n rows (faster tests)."""
+        src = self.root / "data" / "demo" / f"{tenant}.queries.jsonl"
+        lines = src.read_text(encoding="utf-8").splitlines()[:n]
+        src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    def qrewrite(self, *args: str, env: dict | None = None, check: bool = True, timeout: float = 600):
+        cmd = [sys.executable, "-m", "qrewrite", *args]
+        proc = subprocess.run(cmd, cwd=self.root, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, **(env or {})})
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        return proc
+
+    def read_jsonl(self, rel: str) -> list[dict]:
+        return [json.loads(l) for l in (self.root / rel).read_text(encoding="utf-8").splitlines() if l.strip()]
+
+    def stage(self, name: str, tenant: str = "fivedoctors", **kw):
+        """Run one stage the way the Snakemake rule does, with the standard paths."""
+        from qrewrite.paths import tenant_paths
+
+        p = tenant_paths(tenant)
+        base = ["--config", "config.yaml", "--tenant", tenant]
+        argv = {
+            "build-excel": ["build-excel", *base],
+            "ingest": ["ingest", *base, "--out", p["queries"], "--stats", p["stats_ingest"]],
+            "teach": ["teach", *base, "--queries", p["queries"], "--out", p["teacher"], "--stats", p["stats_teacher"]],
+            "validate": ["validate", *base, "--queries", p["queries"], "--teacher", p["teacher"],
+                         "--out", p["validated"], "--stats", p["stats_validate"]],
+            "split": ["split", *base, "--queries", p["queries"], "--teacher", p["teacher"], "--validated",
+                      p["validated"], "--out-dir", p["sft_dir"], "--stats", p["stats_split"]],
+        }[name]
+        return self.qrewrite(*argv, **kw)
+
+
+@pytest.fixture
+def project(tmp_path) -> Project:
+    return Project(tmp_path / "proj")
+
+
+def start_server(cmd: list[str], health_url: str, cwd: Path, log: Path, env: dict | None = None,
+                 timeout: float = 60) -> subprocess.Popen:
+    fh = open(log, "w")
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+                            start_new_session=True)
+    try:
+        wait_http(health_url, timeout, proc)
+    except Exception:
+        stop(proc)
+        raise RuntimeError(f"server {cmd} failed to start:\n{log.read_text()[-2000:]}")
+    return proc
+
+
+@pytest.fixture
+def rag_server(project, tmp_path):
+    """`qrewrite serve-rag` on a free loopback port, serving the project's KBs."""
+    port = free_port()
+    proc = start_server([sys.executable, "-m", "qrewrite", "serve-rag", "--config", "config.yaml", "--port",
+                         str(port)], f"http://127.0.0.1:{port}/healthz", project.root, tmp_path / "rag.log")
+    yield f"http://127.0.0.1:{port}"
+    stop(proc)
+
+
+class FakeOpenAI:
+    """Handle on tests/fake_openai_server.py: scripted behaviour and a log of every request."""
+
+    def __init__(self, url: str, state_dir: Path):
+        self.url, self.state_dir = url, state_dir
+
+    def script(self, **behaviour) -> None:
+        (self.state_dir / "script.json").write_text(json.dumps(behaviour))
+
+    def requests(self) -> list[dict]:
+        log = self.state_dir / "requests.jsonl"
+        if not log.exists():
+            return []
+        return [json.loads(l) for l in log.read_text().splitlines() if l.strip()]
+
+
+@pytest.fixture
+def fake_openai(tmp_path):
+    state = tmp_path / "fake_openai"
+    state.mkdir()
+    port = free_port()
+    proc = start_server([sys.executable, str(TESTS / "fake_openai_server.py"), "--port", str(port), "--state",
+                         str(state)], f"http://127.0.0.1:{port}/health", tmp_path, tmp_path / "fake_openai.log")
+    yield FakeOpenAI(f"http://127.0.0.1:{port}/v1", state)
+    stop(proc)

