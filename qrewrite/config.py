@@ -36,7 +36,7 @@ def _with_defaults(validator_class):
     return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
 
 
-_DefaultValidator = _with_defaults(jsonschema.Draft7Validator)
+_DefaultValidator = _with_defaults(jsonschema.Draft202012Validator)
 
 
 def validate_config(cfg: dict, source: str = "config") -> dict:
@@ -51,10 +51,13 @@ def validate_config(cfg: dict, source: str = "config") -> dict:
     names = [t["name"] for t in cfg["tenants"]]
     dupes = {n for n in names if names.count(n) > 1}
     if dupes:
-        raise QrewriteError(f"tenant names must be unique, repeated: {sorted(dupes)}", file=source)
+        raise QrewriteError(f"tenant names must be unique, repeated: {sorted(dupes)}", file=source,
+                            hint="rename or remove the repeated tenants[] entries")
     split = cfg["split"]
     if abs(split["train"] + split["val"] + split["test"] - 1.0) > 1e-6:
-        raise QrewriteError("split.train + split.val + split.test must sum to 1", file=source)
+        raise QrewriteError(f"split.train + split.val + split.test must sum to 1 (they sum to "
+                            f"{split['train'] + split['val'] + split['test']:g})", file=source,
+                            hint="e.g. split: {train: 0.8, val: 0.1, test: 0.1}")
     return cfg
 
 
@@ -66,9 +69,10 @@ def load_config(path: str | Path) -> dict:
         with open(path, encoding="utf-8") as fh:
             raw = yaml.safe_load(fh) or {}
     except yaml.YAMLError as exc:
-        raise QrewriteError(f"not valid YAML: {exc}", file=str(path)) from None
+        raise QrewriteError(f"not valid YAML: {exc}", file=str(path),
+                            hint="check indentation and brackets near the line shown") from None
     if not isinstance(raw, dict):
-        raise QrewriteError("top level must be a mapping", file=str(path))
+        raise QrewriteError("top level must be a mapping", file=str(path), hint="start with `tenants:`")
     return validate_config(raw, source=str(path))
 
 

@@ -11,6 +11,10 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temp path next to `path`; on success fsync and rename it over `path`.
@@ -27,6 +31,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         yield tmp_path
         with open(tmp_path, "rb+") as fh:
             os.fsync(fh.fileno())
+        os.chmod(tmp_path, 0o666 & ~_UMASK)  # mkstemp makes 0600; outputs get the usual mode
         os.replace(tmp_path, path)
     except BaseException:
         tmp_path.unlink(missing_ok=True)
@@ -55,8 +60,15 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     from .errors import QrewriteError
 
     rows = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+    if not Path(path).is_file():
+        raise QrewriteError("input file not found", file=str(path), hint="run the stage that produces it first")
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise QrewriteError(f"not valid UTF-8 (byte {raw[exc.start]:#04x} at offset {exc.start} of the line)",
+                                    file=str(path), row=lineno, hint="save the file as UTF-8") from None
             if not line.strip():
                 continue
             try:

@@ -27,17 +27,28 @@ def load_kb(path: str | Path) -> list[Doc]:
                             hint="set tenants[].kb.path in config.yaml")
     docs: list[Doc] = []
     seen: dict[str, int] = {}
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+    with open(path, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise QrewriteError(f"not valid UTF-8 (byte {raw[exc.start]:#04x} at offset {exc.start} of the line)",
+                                    file=str(path), row=lineno,
+                                    hint="save the knowledge base as UTF-8 (e.g. iconv -f GBK -t UTF-8)") from None
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise QrewriteError(f"invalid JSON ({exc.msg})", file=str(path), row=lineno) from None
+                raise QrewriteError(f"invalid JSON ({exc.msg})", file=str(path), row=lineno,
+                                    hint="each line must be one JSON object") from None
+            if not isinstance(obj, dict):
+                raise QrewriteError("line is not a JSON object", file=str(path), row=lineno,
+                                    hint="each line must be one JSON object with doc_id, title, content")
             for key in ("doc_id", "content"):
                 if not isinstance(obj.get(key), str) or not obj[key].strip():
-                    raise QrewriteError("missing or empty field", file=str(path), row=lineno, column=key)
+                    raise QrewriteError("missing or empty field", file=str(path), row=lineno, column=key,
+                                        hint="every document needs a non-empty doc_id and content")
             doc_id = obj["doc_id"].strip()
             if doc_id in seen:
                 raise QrewriteError(f"duplicate doc_id {doc_id!r} (first seen on row {seen[doc_id]})",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 import zipfile
 from pathlib import Path
 
@@ -21,14 +22,15 @@ def _open_workbook(path: Path):
         raise QrewriteError("raw Excel file not found", file=str(path),
                             hint="check tenants[].raw_excel in config.yaml")
     with open(path, "rb") as fh:
-        head = fh.read(8)
-    if head == _OLE_MAGIC:
+        head = fh.read(4096)
+    if head[:8] == _OLE_MAGIC:
         raise QrewriteError("file is password-protected or a legacy .xls, not an .xlsx workbook", file=str(path),
                             hint="remove the password / save as .xlsx in Excel, then rerun")
     if not head.startswith(b"PK"):
-        kind = "empty" if not head else "text (CSV?)" if all(32 <= b < 127 or b in (9, 10, 13) for b in head) \
-            else "not a zip archive"
-        raise QrewriteError(f"not an Excel .xlsx file (content looks {kind})", file=str(path),
+        # Text (any encoding, e.g. a UTF-8 or GBK CSV) has no control bytes besides tab and newlines.
+        kind = "is empty" if not head else "looks like text (a CSV?)" \
+            if all(b >= 32 and b != 127 or b in (9, 10, 13) for b in head) else "is not a zip archive"
+        raise QrewriteError(f"not an Excel .xlsx file (the file {kind})", file=str(path),
                             hint="export the sheet as .xlsx; a CSV renamed to .xlsx is not a workbook")
     try:
         # Not read-only: merged-cell ranges are only available on a normal worksheet.
@@ -56,7 +58,8 @@ def read_excel(path: str | Path, columns: dict, sheet: str | None = None) -> lis
     wb = _open_workbook(path)
     try:
         if sheet is not None and sheet not in wb.sheetnames:
-            raise QrewriteError(f"sheet {sheet!r} not found; sheets: {wb.sheetnames}", file=str(path))
+            raise QrewriteError(f"sheet {sheet!r} not found; sheets: {wb.sheetnames}", file=str(path),
+                                hint="fix tenants[].sheet in config.yaml (null = first sheet)")
         ws = wb[sheet] if sheet else wb.worksheets[0]
         if ws.max_row < 1 or (ws.max_row == 1 and ws.max_column == 1 and ws.cell(1, 1).value is None):
             raise QrewriteError(f"sheet {ws.title!r} is empty", file=str(path),
@@ -112,7 +115,8 @@ def build_excel(source: str | Path, out: str | Path, columns: dict) -> int:
     ws.append(header)
     for i, r in enumerate(rows, 1):
         if not isinstance(r.get("query"), str):
-            raise QrewriteError("missing field", file=str(source), row=i, column="query")
+            raise QrewriteError("missing or non-string field", file=str(source), row=i, column="query",
+                                hint="every line of the demo source needs a \"query\" string")
         line = [r["query"], r.get("profile", ""), r.get("history", "")]
         if columns.get("gold"):
             line.append(",".join(r.get("gold_doc_ids", [])))
@@ -125,8 +129,12 @@ def build_excel(source: str | Path, out: str | Path, columns: dict) -> int:
 
 
 def _pin_zip_times(path: Path) -> None:
+    """Pin the zip entries' times, and docProps/core.xml's `modified`, which openpyxl sets to now on save."""
     with zipfile.ZipFile(path) as zin:
         entries = [(info, zin.read(info.filename)) for info in zin.infolist()]
+    stamp = _FIXED_TIME.strftime("%Y-%m-%dT%H:%M:%SZ").encode()
+    entries = [(info, re.sub(rb"(<dcterms:modified[^>]*>)[^<]*(</dcterms:modified>)", rb"\g<1>" + stamp + rb"\g<2>",
+                             data) if info.filename == "docProps/core.xml" else data) for info, data in entries]
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zout:
         for info, data in entries:
             fixed = zipfile.ZipInfo(info.filename, date_time=_FIXED_TIME.timetuple()[:6])
