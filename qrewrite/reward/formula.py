@@ -1,0 +1,111 @@
+"""The reward formula: small pure functions (in the style of verl's ``utils/reward_score/*.py``).
+
+No I/O and no state: the scorer gathers retrieval results and judge scores, these functions turn
+them into numbers. Every function is deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..metrics import retrieval_quality
+
+JUDGE_MIN, JUDGE_MAX = 1.0, 5.0
+WIN_BONUS, LOSS_PENALTY = 0.5, -0.3
+TANH_SCALE = 3.0
+
+# Every key of ``reward_dict``: verl stacks reward_extra_info per key, so all are always present
+# and numeric (no None, no NaN: an absent judge score is 0.0 with judge_sampled = 0).
+REWARD_KEYS = ("score", "judge_term", "retrieval_term", "win_term", "judge_sampled", "judge_failed",
+               "judge_student", "judge_teacher", "q_student", "q_teacher", "student_top1", "teacher_top1",
+               "win")
+
+
+def quality(hits: list[dict]) -> float:
+    """q = 0.6 * top1 + 0.4 * mean(top3) over reranker scores (``qrewrite.metrics.retrieval_quality``)."""
+    return float(retrieval_quality(hits))
+
+
+def quality_from_summary(top1: float, mean_top3: float) -> float:
+    """The same q from precomputed top1 / mean_top3 (the teacher side of the RL ground truth)."""
+    return 0.6 * float(top1) + 0.4 * float(mean_top3)
+
+
+def judge_term(judge_student: float, judge_teacher: float) -> float:
+    """tanh(3 * (judge(student) - judge(teacher)) / 5), judge scores on 1..5; in (-0.98, 0.98)."""
+    return math.tanh(TANH_SCALE * (float(judge_student) - float(judge_teacher)) / JUDGE_MAX)
+
+
+def retrieval_term(q_student: float, q_teacher: float) -> float:
+    """tanh(3 * (q_student - q_teacher)); q is in [0, 1] so the difference is in [-1, 1]."""
+    return math.tanh(TANH_SCALE * (float(q_student) - float(q_teacher)))
+
+
+def win(q_student: float, q_teacher: float, epsilon: float = 1e-9) -> int:
+    """1 if the student retrieves better than the teacher, -1 if worse, 0 on a tie.
+
+    A tie is |q_student - q_teacher| <= epsilon. The default 1e-9 only absorbs float noise (the
+    student reproducing the teacher's rewrite, or a different rewrite retrieving the same documents
+    with the same scores, must be a tie, not a coin flip decided by rounding); reranker scores are
+    rounded to 1e-6, so any real difference is far larger.
+    """
+    d = float(q_student) - float(q_teacher)
+    if abs(d) <= epsilon:
+        return 0
+    return 1 if d > 0 else -1
+
+
+def win_term(outcome: int) -> float:
+    """+0.5 for a win, -0.3 for a loss, 0 for a tie."""
+    return WIN_BONUS if outcome > 0 else LOSS_PENALTY if outcome < 0 else 0.0
+
+
+def clip(x: float, lo: float = -1.0, hi: float = 1.0) -> float:
+    return lo if x < lo else hi if x > hi else float(x)
+
+
+def total(judge_t: float, retrieval_t: float, win_t: float, weights: dict) -> float:
+    """w_judge*judge + w_retrieval*retrieval + w_win*win, clipped to [-1, 1]."""
+    return clip(weights["judge"] * judge_t + weights["retrieval"] * retrieval_t + weights["win"] * win_t)
+
+
+def reward_dict(*, q_student: float, q_teacher: float, student_top1: float, teacher_top1: float,
+                judge_student: float | None, judge_teacher: float | None, weights: dict,
+                epsilon: float = 1e-9, judge_failed: bool = False) -> dict:
+    """The full per-sample reward record: ``score`` plus every component (keys: ``REWARD_KEYS``).
+
+    Unsampled judge: a rollout outside the judged share (or whose judge call failed: malformed
+    reply, suspected prompt injection, service error) passes ``judge_student=None`` or
+    ``judge_teacher=None``. Its judge term is then defined as 0, neutral, and the other weights are
+    NOT renormalised:
+
+    * the reward scale stays the same for judged and unjudged rollouts, so GRPO/PPO advantages
+      compare like with like (renormalising would inflate the retrieval and win terms by
+      1/(1 - w_judge) on exactly the unjudged rollouts);
+    * the retrieval and win terms carry the signal for every rollout;
+    * an unjudged rollout is neither rewarded nor punished for style, so there is nothing to gain
+      from being unjudged (e.g. by making the judge fail).
+
+    ``judge_sampled`` is 1 only when both judge scores are present; ``judge_student`` /
+    ``judge_teacher`` are 0.0 when absent (numbers only, never NaN, so verl can stack them).
+    """
+    sampled = judge_student is not None and judge_teacher is not None
+    j_t = judge_term(judge_student, judge_teacher) if sampled else 0.0
+    r_t = retrieval_term(q_student, q_teacher)
+    outcome = win(q_student, q_teacher, epsilon)
+    w_t = win_term(outcome)
+    return {
+        "score": total(j_t, r_t, w_t, weights),
+        "judge_term": float(j_t),
+        "retrieval_term": float(r_t),
+        "win_term": float(w_t),
+        "judge_sampled": 1 if sampled else 0,
+        "judge_failed": 1 if judge_failed else 0,
+        "judge_student": float(judge_student) if sampled else 0.0,
+        "judge_teacher": float(judge_teacher) if sampled else 0.0,
+        "q_student": float(q_student),
+        "q_teacher": float(q_teacher),
+        "student_top1": float(student_top1),
+        "teacher_top1": float(teacher_top1),
+        "win": int(outcome),
+    }

