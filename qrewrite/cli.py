@@ -109,6 +109,21 @@ def cmd_config(args) -> None:
     sys.stdout.write(yaml.safe_dump(cfg, allow_unicode=True, sort_keys=False))
 
 
+def cmd_dvc_yaml(args) -> None:
+    from . import dvc_gen
+
+    if args.check:
+        diff = dvc_gen.check(args.out, args.config)
+        if diff is not None:
+            sys.stderr.write(diff)
+            raise QrewriteError(f"{args.out} is stale (differs from what qrewrite/paths.py and {args.config} "
+                                "generate)", hint="run `qrewrite dvc-yaml` and commit the result")
+        log.info("%s is up to date", args.out)
+    else:
+        changed = dvc_gen.write(args.out, args.config)
+        log.info("%s %s", "wrote" if changed else "unchanged:", args.out)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="qrewrite", description="Train query-rewrite models for RAG: raw Excel → teacher → RAG-validated "
@@ -165,6 +180,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", help="bind address (default rag.serve.host, 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default rag.serve.port)")
     p.set_defaults(func=cmd_serve_rag)
+
+    p = sub.add_parser("dvc-yaml", help="generate dvc.yaml (the data half as DVC stages) from paths.py + config")
+    _common(p, tenant=False)
+    p.add_argument("--out", default="dvc.yaml", help="output file (default: %(default)s)")
+    p.add_argument("--check", action="store_true", help="write nothing; exit non-zero if --out is stale")
+    p.set_defaults(func=cmd_dvc_yaml)
 
     p = sub.add_parser("config", help="print the validated config with defaults filled in")
     _common(p, tenant=False)
