@@ -34,6 +34,12 @@ def normalize(text: str) -> str:
 
 
 def tokenize(text: str, language: str = "zh") -> list[str]:
+    words, bigrams = tokenize_parts(text, language)
+    return words + bigrams
+
+
+def tokenize_parts(text: str, language: str = "zh") -> tuple[list[str], list[str]]:
+    """(words, CJK bigrams): bigrams are a matching aid, not query content (see rag/local.py)."""
     text = normalize(text)
     if language == "zh":
         tokens = jieba.lcut_for_search(text)
@@ -42,9 +48,10 @@ def tokenize(text: str, language: str = "zh") -> list[str]:
         tokens = re.findall(r"[a-z0-9]+", text)
         stop = EN_STOPWORDS
     words = [t for t in (tok.strip() for tok in tokens) if t and _WORD.search(t) and t not in stop]
+    bigrams: list[str] = []
     if language == "zh":
         # jieba segments the same name differently by context ("了氨糖的" → 氨/糖, but 氨糖 in the KB):
         # overlapping CJK bigrams make matching independent of segmentation.
-        words += [a + b for run in _CJK_RUN.findall(text) for a, b in zip(run, run[1:])
+        bigrams = [a + b for run in _CJK_RUN.findall(text) for a, b in zip(run, run[1:])
                   if a + b not in stop and a not in _BIGRAM_SKIP and b not in _BIGRAM_SKIP]
-    return words
+    return words, bigrams

@@ -52,7 +52,7 @@ DEFAULTS = [
     ("tenants.0.columns.history", "历史摘要"),
     ("tenants.0.columns.gold", "相关文档"),
     ("tenants.0.thresholds.top1", 0.6),
-    ("tenants.0.thresholds.require_gain", True),
+    ("tenants.0.thresholds.require_gain", False),
     ("tenants.0.thresholds.max_query_chars", 500),
 ]
 
@@ -78,7 +78,7 @@ def test_explicit_values_win_over_defaults():
     raw = {"tenants": [tenant(thresholds={"top1": 0.75}, columns={"query": "Question"})],
            "teacher": {"provider": "openai", "openai": {"temperature": 0.0}}, "split": {"seed": 7}}
     cfg = validate_config(raw)
-    assert cfg["tenants"][0]["thresholds"] == {"top1": 0.75, "require_gain": True, "max_query_chars": 500}
+    assert cfg["tenants"][0]["thresholds"] == {"top1": 0.75, "require_gain": False, "max_query_chars": 500}
     assert cfg["tenants"][0]["columns"]["query"] == "Question"
     assert cfg["tenants"][0]["columns"]["profile"] == "用户画像"
     assert cfg["teacher"]["openai"]["temperature"] == 0.0 and cfg["teacher"]["openai"]["max_tokens"] == 200

@@ -7,7 +7,9 @@ Normalisation (documented in the README): for query terms t (with repeats),
 The denominator is the BM25 score a document of average length would get if it contained every
 query term exactly once, so 1.0 means "covers the whole query" and terms missing from the document,
 including typos the KB has never seen (which get the highest idf), pull the score down. Unlike a
-raw BM25 score it does not grow just because a query got longer.
+raw BM25 score it does not grow just because a query got longer. For Chinese, CJK bigrams match
+(they make matching independent of jieba's segmentation) but a bigram the KB has never seen is a
+segmentation artefact ("天怎"), not query content, so it is left out of the denominator.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import bm25s
 import numpy as np
 
 from ..kb import Doc
-from ..text import tokenize
+from ..text import tokenize, tokenize_parts
 
 
 class LocalRetriever:
@@ -48,17 +50,22 @@ class LocalRetriever:
             return np.zeros(len(self.docs), dtype=np.float32)
         return np.asarray(self.bm25.get_scores([term]), dtype=np.float32)
 
-    def weighted_scores(self, weights: dict[str, float]) -> tuple[np.ndarray, float]:
-        """BM25 scores for a weighted bag of terms, and the normalising reference score."""
+    def weighted_scores(self, weights: dict[str, float], aids: frozenset = frozenset()) -> tuple[np.ndarray, float]:
+        """BM25 scores for a weighted bag of terms, and the normalising reference score.
+
+        `aids` are matching-only terms (CJK bigrams): they count in the reference only if the KB has them.
+        """
         scores = np.zeros(len(self.docs), dtype=np.float32)
         ref = 0.0
         for term, w in weights.items():
             scores += w * self.term_scores(term)
-            ref += w * self.idf(term) / (1 + self.k1)
+            if term not in aids or term in self._idf:
+                ref += w * self.idf(term) / (1 + self.k1)
         return scores, ref
 
-    def search_terms(self, weights: dict[str, float], top_k: int, score_threshold: float = 0.0) -> list[dict]:
-        scores, ref = self.weighted_scores(weights)
+    def search_terms(self, weights: dict[str, float], top_k: int, score_threshold: float = 0.0,
+                     aids: frozenset = frozenset()) -> list[dict]:
+        scores, ref = self.weighted_scores(weights, aids)
         if ref <= 0:
             return []
         order = np.argsort(-scores, kind="stable")[:top_k]
@@ -76,4 +83,6 @@ class LocalRetriever:
         return hits
 
     def search(self, query: str, top_k: int = 5, score_threshold: float = 0.0) -> list[dict]:
-        return self.search_terms(dict(Counter(tokenize(query, self.language))), top_k, score_threshold)
+        words, bigrams = tokenize_parts(query, self.language)
+        return self.search_terms(dict(Counter(words + bigrams)), top_k, score_threshold,
+                                 aids=frozenset(bigrams) - set(words))
