@@ -1,4 +1,4 @@
-"""verl adapter of the qrewrite reward (replaces ``qrewrite/rl/verl_toy_reward.py``).
+"""verl adapter of the qrewrite reward.
 
 Point verl 0.9 at this file::
 

@@ -61,7 +61,9 @@ def convert_gguf(out_dir: str | os.PathLike, *, force: bool = False,
     out = Path(out_dir).resolve()
     if is_converted(out) and not force:
         return out
-    gguf = Path(gguf_path) if gguf_path else find_gguf()
+    gguf = Path(gguf_path).resolve() if gguf_path else find_gguf()
+    if not gguf.is_file():
+        raise QrewriteError(f"GGUF file {gguf} does not exist")
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

