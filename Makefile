@@ -42,4 +42,4 @@ test: $(VENV)/.test-env $(TRAIN_ENVS)
 	PATH="$(CURDIR)/$(BIN):$$PATH" QREWRITE_REQUIRE_TRAIN_ENVS=1 $(BIN)/python -m pytest -ra $(PYTEST_ARGS)
 
 clean:
-	rm -rf results logs reports models cache data/raw .snakemake
+	rm -rf results logs reports models cache data/raw benchmarks .snakemake

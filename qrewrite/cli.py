@@ -13,6 +13,9 @@ from .errors import QrewriteError
 
 log = logging.getLogger("qrewrite")
 
+# Modules that add subcommands for the later stages (training, eval, lineage).
+SUBCOMMAND_MODULES = ("qrewrite.training.cli",)
+
 
 def _common(p: argparse.ArgumentParser, tenant: bool = True) -> None:
     p.add_argument("--config", default="config.yaml", help="pipeline config (default: %(default)s)")
@@ -190,11 +193,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("config", help="print the validated config with defaults filled in")
     _common(p, tenant=False)
     p.set_defaults(func=cmd_config)
+
+    # Later stages register their own subcommands (each module: `register(sub, common)`).
+    import importlib
+
+    for module in SUBCOMMAND_MODULES:
+        importlib.import_module(module).register(sub, _common)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # commands that need another env (qrewrite.envs) re-run themselves with it
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("httpx", "httpcore", "openai"):

@@ -12,6 +12,9 @@ validate_config(config, source="snakemake config")  # cross-field checks (unique
 
 TENANTS = {t["name"]: t for t in config["tenants"]}
 
+# Apptainer image per environment (`--sdm apptainer`); built from containers/*.def.
+CONTAINERS = config["containers"]
+
 # Every command reads exactly the config Snakemake resolved (config.yaml + --configfile + --config).
 # Rewritten only when its content changes; rules rerun on *params* changes, not on this file.
 RESOLVED_CONFIG = "results/.config.resolved.yaml"

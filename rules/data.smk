@@ -11,6 +11,8 @@ rule build_excel:
         columns=lambda wc: TENANTS[wc.tenant]["columns"],
     log:
         "logs/{tenant}/build_excel.log",
+    benchmark:
+        "benchmarks/{tenant}/build_excel.tsv"
     resources:
         mem_mb=1000,
         runtime=5,
@@ -29,6 +31,8 @@ rule ingest:
         tenant=tenant_cfg,
     log:
         "logs/{tenant}/ingest.log",
+    benchmark:
+        "benchmarks/{tenant}/ingest.tsv"
     resources:
         mem_mb=2000,
         runtime=10,
@@ -49,6 +53,8 @@ rule teacher:
         system_prompt=lambda wc: TENANTS[wc.tenant]["system_prompt"],
     log:
         "logs/{tenant}/teacher.log",
+    benchmark:
+        "benchmarks/{tenant}/teacher.tsv"
     resources:
         mem_mb=2000,
         runtime=120,
@@ -69,6 +75,8 @@ rule validate:
         rag=config["rag"],
     log:
         "logs/{tenant}/validate.log",
+    benchmark:
+        "benchmarks/{tenant}/validate.tsv"
     resources:
         mem_mb=2000,
         runtime=60,
@@ -93,6 +101,8 @@ rule split:
         out_dir=lambda wc: tenant_paths(wc.tenant)["sft_dir"],
     log:
         "logs/{tenant}/split.log",
+    benchmark:
+        "benchmarks/{tenant}/split.tsv"
     resources:
         mem_mb=1000,
         runtime=10,
@@ -109,6 +119,8 @@ rule summarize:
         T("summary"),
     log:
         "logs/{tenant}/summarize.log",
+    benchmark:
+        "benchmarks/{tenant}/summarize.tsv"
     resources:
         mem_mb=500,
         runtime=5,

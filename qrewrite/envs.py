@@ -1,0 +1,57 @@
+"""Run a subcommand in the environment that has its framework.
+
+ms-swift and verl pin different transformers versions, so each lives in its own environment
+(`.venvs/swift`, `.venvs/verl` locally; `containers/swift.def`, `containers/verl.def` on the cluster).
+A rule always calls plain `qrewrite <command>`: if this Python already has the framework (inside the
+container, or the env's own `qrewrite`), the command runs here; otherwise it re-executes itself, once,
+under the env's interpreter and says so in the log.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import sys
+from pathlib import Path
+
+from .errors import QrewriteError
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[1]
+FRAMEWORK_MODULE = {"swift": "swift", "verl": "verl"}
+_MARK = "QREWRITE_IN_ENV"
+
+
+def env_python(name: str) -> Path:
+    """The interpreter of env `name`: $QREWRITE_<NAME>_PYTHON, else .venvs/<name>/bin/python in the checkout."""
+    override = os.environ.get(f"QREWRITE_{name.upper()}_PYTHON")
+    return Path(override) if override else REPO / ".venvs" / name / "bin" / "python"
+
+
+def has_framework(name: str) -> bool:
+    return importlib.util.find_spec(FRAMEWORK_MODULE[name]) is not None
+
+
+def ensure_env(name: str, argv: list[str]) -> None:
+    """Return if this Python can run `name`'s framework; else exec `python -m qrewrite *argv` in that env."""
+    if has_framework(name):
+        return
+    python = env_python(name)
+    if os.environ.get(_MARK) == name:
+        raise QrewriteError(f"{python} was chosen as the {name} env but cannot import {FRAMEWORK_MODULE[name]!r}",
+                            hint=f"rebuild it: rm -rf .venvs/{name} && make .venvs/{name}/.installed")
+    if not python.exists():
+        raise QrewriteError(
+            f"this command needs the {name} environment: {FRAMEWORK_MODULE[name]!r} is not importable in "
+            f"{sys.executable} and {python} does not exist",
+            hint=f"build it with `make .venvs/{name}/.installed` (pins in envs/{name}.txt), run inside "
+                 f"containers/{name}.def, or set QREWRITE_{name.upper()}_PYTHON")
+    env = dict(os.environ)
+    env[_MARK] = name
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    log.info("running `qrewrite %s` in the %s env (%s)", " ".join(argv[:1]), name, python)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(str(python), [str(python), "-m", "qrewrite", *argv], env)

@@ -1,0 +1,7 @@
+"""Training subcommands (registered into `qrewrite` by qrewrite/cli.py)."""
+
+from __future__ import annotations
+
+
+def register(sub, common) -> None:
+    pass
