@@ -1,4 +1,4 @@
-# qrewrite: raw Excel → teacher rewrites → RAG validation → SFT splits (→ SFT → RL → eval, later stages).
+# qrewrite: raw Excel → teacher rewrites → RAG validation → SFT splits → LoRA SFT → RL (→ eval).
 # Rules are thin: each calls one `qrewrite` subcommand; the logic lives in the qrewrite package.
 
 configfile: "config.yaml"
@@ -6,9 +6,21 @@ configfile: "config.yaml"
 
 include: "rules/common.smk"
 include: "rules/data.smk"
+include: "rules/train.smk"
 
 
 rule all:
     input:
         all_targets(),
     default_target: True
+
+
+# Partial targets: `snakemake data` (data half only), `snakemake models` (up to the RL models).
+rule data:
+    input:
+        data_targets(),
+
+
+rule models:
+    input:
+        data_targets() + model_targets(),

@@ -95,3 +95,29 @@ def sha256_json(obj: Any) -> str:
     """Hash of a JSON-able object with a canonical encoding (sorted keys, no whitespace)."""
     blob = json.dumps(obj, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield an empty temp directory next to `path`; on success swap it in place of `path`.
+
+    For model folders: a crash leaves the previous complete folder (or none), never a partial one.
+    """
+    import shutil
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    os.chmod(tmp, 0o777 & ~_UMASK)
+    try:
+        yield tmp
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.exists():
+            old = path.with_name(f".{path.name}.old-{os.getpid()}")
+            os.replace(path, old)
+            shutil.rmtree(old, ignore_errors=True)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -5,7 +5,7 @@ from snakemake.utils import validate
 
 from qrewrite.config import SCHEMA_PATH, validate_config
 from qrewrite.io_utils import write_text_atomic
-from qrewrite.paths import STAGES, tenant_paths
+from qrewrite.paths import BASE_MODEL, STAGES, tenant_paths
 
 validate(config, str(SCHEMA_PATH))  # fills defaults in place; fails early on a bad config
 validate_config(config, source="snakemake config")  # cross-field checks (unique tenants, split sums)
@@ -45,5 +45,13 @@ def raw_excel(wc):
     return TENANTS[wc.tenant]["raw_excel"]
 
 
-def all_targets():
+def data_targets():
     return [tenant_paths(t)[k] for t in TENANTS for k in ("summary", "train", "val", "test")]
+
+
+def model_targets():
+    return [BASE_MODEL] + [tenant_paths(t)[k] for t in TENANTS for k in ("sft_model", "sft_merged", "rl_model")]
+
+
+def all_targets():
+    return data_targets() + model_targets()

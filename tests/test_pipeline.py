@@ -24,7 +24,7 @@ def snakemake(project, *args, check=True):
 
 
 def test_snakemake_builds_every_artifact_for_both_tenants(project):
-    snakemake(project)
+    snakemake(project, "data")
     for tenant in ("fivedoctors", "chengla"):
         p = tenant_paths(tenant)
         assert (project.root / f"data/raw/{tenant}.xlsx").exists()
@@ -49,18 +49,18 @@ def test_snakemake_builds_every_artifact_for_both_tenants(project):
         # The demo data is built so that a context-aware rewrite beats the raw query.
         assert hit["rewrite"] > hit["original"] + 0.05, hit
     # Nothing left to do on a second invocation; no temp files anywhere in results.
-    dry = snakemake(project, "-n")
+    dry = snakemake(project, "-n", "data")
     assert "Nothing to be done" in dry.stdout + dry.stderr
     assert not list((project.root / "results").rglob("*.tmp"))
 
 
 def test_changing_one_tenants_source_reruns_only_that_tenant(project):
-    snakemake(project)
+    snakemake(project, "data")
     src = project.root / "data/demo/chengla.queries.jsonl"
     src.write_text(src.read_text(encoding="utf-8") + json.dumps(
         {"query": "雅思课程可以退费吗", "profile": "", "history": "", "gold_doc_ids": []}, ensure_ascii=False) + "\n",
         encoding="utf-8")
-    dry = snakemake(project, "-n", "-p")
+    dry = snakemake(project, "-n", "-p", "data")
     out = dry.stdout + dry.stderr
     assert "--tenant chengla" in out and "build-excel" in out
     assert "--tenant fivedoctors" not in out

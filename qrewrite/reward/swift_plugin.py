@@ -43,6 +43,7 @@ try:
 except ImportError:  # qrewrite not installed in the swift env: use the checkout this file is in
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     from qrewrite.reward.scorer import get_scorer, resolve_config_path, sample_from_ground_truth
+from qrewrite.reward.monitor import get_monitor
 
 log = logging.getLogger("qrewrite.reward.swift_plugin")
 
@@ -131,6 +132,11 @@ class QrewriteReward(ORM):
             for i, r in zip(idx, results):
                 details[i] = r
         self.last_details = details  # type: ignore[assignment]
+        monitor = get_monitor()
+        if monitor is not None:  # TensorBoard: reward components per step (qrewrite rl sets the dir)
+            state = kwargs.get("trainer_state")
+            step = getattr(state, "global_step", None)
+            monitor.record(details, self.stats(), step=None if step is None else int(step) + 1)  # type: ignore[arg-type]
         return [float(d["score"]) for d in details]  # type: ignore[index]
 
     def stats(self) -> dict:

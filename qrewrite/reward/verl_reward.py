@@ -34,6 +34,13 @@ try:
 except ImportError:  # qrewrite not installed in the training env: use the checkout this file is in
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     from qrewrite.reward.scorer import all_stats, get_scorer, sample_from_ground_truth
+from qrewrite.reward.monitor import get_monitor
+
+
+def _monitor(details: list[dict]) -> None:
+    monitor = get_monitor()  # TensorBoard reward components, when qrewrite rl set $QREWRITE_TB_DIR
+    if monitor is not None:
+        monitor.record(details, all_stats())
 
 
 def _tenant(data_source, extra_info: dict) -> str:
@@ -52,7 +59,9 @@ def _sample(solution_str, ground_truth, extra_info: dict):
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> dict:
     extra_info = dict(extra_info or {})
     scorer = get_scorer(_tenant(data_source, extra_info), kwargs.get("config_path"))
-    return scorer.score_batch([_sample(solution_str, ground_truth, extra_info)])[0]
+    details = scorer.score_batch([_sample(solution_str, ground_truth, extra_info)])
+    _monitor(details)
+    return details[0]
 
 
 def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos=None, **kwargs) -> list[dict]:
@@ -67,6 +76,7 @@ def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos=
         results = scorer.score_batch([_sample(solution_strs[i], ground_truths[i], extra_infos[i]) for i in idx])
         for i, r in zip(idx, results):
             out[i] = r
+    _monitor(out)  # type: ignore[arg-type]
     return out  # type: ignore[return-value]
 
 

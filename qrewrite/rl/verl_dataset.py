@@ -16,7 +16,7 @@ One row per query:
 * ``extra_info``   ``{"split", "index", "query_id", "tenant", "query"}`` (scalars only;
                    reaches the reward function as ``extra_info``).
 
-Only pandas + pyarrow are needed to write; reading back with RLHFDataset needs the
+Only pyarrow is needed to write; reading back with RLHFDataset needs the
 verl env.
 """
 
@@ -98,12 +98,16 @@ def write_verl_parquet(
     split: str,
     build_messages: Callable[[Mapping[str, Any]], list[dict]] = default_messages,
 ) -> int:
-    """Write ``records`` as a verl RL parquet at ``path``; returns the row count."""
-    import pandas as pd
+    """Write ``records`` as a verl RL parquet at ``path`` (atomically); returns the row count."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ..io_utils import atomic_path
 
     rows = [to_verl_row(r, i, split, build_messages) for i, r in enumerate(records)]
     if not rows:
         raise ValueError("no records to write")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    pd.DataFrame(rows, columns=list(PARQUET_COLUMNS)).to_parquet(path, index=False)
+    table = pa.Table.from_pylist([{k: r[k] for k in PARQUET_COLUMNS} for r in rows])
+    with atomic_path(path) as tmp:
+        pq.write_table(table, str(tmp))
     return len(rows)

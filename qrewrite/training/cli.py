@@ -1,7 +1,165 @@
-"""Training subcommands (registered into `qrewrite` by qrewrite/cli.py)."""
+"""Training subcommands: base-model, sft, merge, rl-data, rl (registered into `qrewrite` by qrewrite/cli.py).
+
+Commands that need ms-swift or verl re-run themselves in that env when this Python lacks it
+(`qrewrite.envs.ensure_env`), so a rule always calls plain `qrewrite <command>`.
+"""
 
 from __future__ import annotations
 
+import logging
+import os
+import time
+from pathlib import Path
+
+from ..errors import QrewriteError
+
+log = logging.getLogger("qrewrite.training")
+
+RL_FILES = {"train": "train.parquet", "val": "val.parquet", "train_swift": "train.swift.jsonl",
+            "val_swift": "val.swift.jsonl"}
+
+
+def _cfg(args):
+    from ..config import load_config, tenant_config
+
+    cfg = load_config(args.config)
+    return cfg, (tenant_config(cfg, args.tenant) if getattr(args, "tenant", None) else None)
+
+
+def _write_stats(path: str | None, stats: dict) -> None:
+    if path:
+        from ..io_utils import write_json
+
+        write_json(path, stats)
+
+
+def cmd_base_model(args) -> None:
+    cfg, _ = _cfg(args)
+    src = cfg["base_model"]
+    if src["source"] == "path":  # the cluster's local folder (e.g. Qwen3-32B): link it, never copy 60 GB
+        target = Path(src["path"] or "")
+        if not (target / "config.json").is_file():
+            raise QrewriteError(f"base_model.path {target} is not a Hugging Face model folder (no config.json)",
+                                hint="point base_model.path at a local folder; nothing is downloaded")
+        tmp = Path(args.out).with_name(f".{Path(args.out).name}.link")
+        tmp.unlink(missing_ok=True)
+        os.symlink(target.resolve(), tmp)
+        os.replace(tmp, args.out)
+        log.info("models/base -> %s", target)
+        return
+    from ..envs import ensure_env
+
+    ensure_env("swift", args.argv)
+    from .base_model import convert_gguf, find_gguf
+
+    start = time.monotonic()
+    out = convert_gguf(args.out, force=True)
+    log.info("converted %s -> %s in %.0fs", find_gguf().name, out, time.monotonic() - start)
+
+
+def cmd_sft(args) -> None:
+    from ..envs import ensure_env
+
+    ensure_env("swift", args.argv)
+    from .sft import run_sft
+
+    cfg, tenant = _cfg(args)
+    stats = run_sft(cfg, base=args.base, train=args.train, val=args.val, out=args.out, run_dir=args.run_dir,
+                    tb_dir=args.tb, threads=args.threads)
+    _write_stats(args.stats, {"tenant": tenant["name"], **stats})
+    log.info("sft %s: best %s (eval loss %s), %ss", tenant["name"], stats["best_checkpoint"],
+             stats["best_eval_loss"], stats["wall_s"])
+
+
+def cmd_merge(args) -> None:
+    from ..envs import ensure_env
+
+    ensure_env("swift", args.argv)
+    from .merge import merge_lora
+
+    cfg, _ = _cfg(args)
+    stats = merge_lora(cfg, base=args.base, adapter=args.adapter, out=args.out)
+    log.info("merged %s into %s -> %s (%ss)", args.adapter, args.base, args.out, stats["wall_s"])
+
+
+def cmd_rl_data(args) -> None:
+    from .rl_data import write_rl_data
+
+    cfg, tenant = _cfg(args)
+    out = {k: str(Path(args.out_dir) / v) for k, v in RL_FILES.items()}
+    counts = write_rl_data(train=args.train, val=args.val, queries=args.queries, out=out,
+                           val_share=cfg["rl"]["val_share"])
+    log.info("rl-data %s: %s", tenant["name"], counts)
+
+
+def cmd_rl(args) -> None:
+    from ..envs import ensure_env
+
+    cfg, tenant = _cfg(args)
+    backend = cfg["rl"]["backend"]
+    ensure_env("verl" if backend == "verl" else "swift", args.argv)
+    from .rl_summary import summarize_curve
+
+    data = {k: str(Path(args.data_dir) / v) for k, v in RL_FILES.items()}
+    common = dict(config_path=args.config, model=args.model, out=args.out, run_dir=args.run_dir, tb_dir=args.tb)
+    if backend == "verl":
+        from .rl_verl import run_verl
+
+        stats = run_verl(cfg, train=data["train"], val=data["val"], **common)
+    else:
+        from .rl_swift import run_swift_grpo
+
+        stats = run_swift_grpo(cfg, train_jsonl=data["train_swift"], threads=args.threads, **common)
+    stats["reward"] = summarize_curve(args.tb)
+    _write_stats(args.stats, {"tenant": tenant["name"], **stats})
+    r = stats["reward"]
+    log.info("rl %s (%s): reward %.3f -> %.3f, win rate vs teacher %.2f -> %.2f, %ss", tenant["name"], backend,
+             r["first"]["reward_mean"], r["last"]["reward_mean"], r["first"]["win_rate"], r["last"]["win_rate"],
+             stats["wall_s"])
+
 
 def register(sub, common) -> None:
-    pass
+    p = sub.add_parser("base-model", help="make models/base: convert the packaged SmolLM2 GGUF, or link a local "
+                       "HF folder (base_model.source)")
+    common(p, tenant=False)
+    p.add_argument("--out", required=True, help="model folder to create (models/base)")
+    p.set_defaults(func=cmd_base_model)
+
+    p = sub.add_parser("sft", help="LoRA SFT with ms-swift; keeps the best checkpoint by validation loss")
+    common(p)
+    p.add_argument("--base", required=True, help="base model folder")
+    p.add_argument("--train", required=True, help="SFT train split (chat jsonl)")
+    p.add_argument("--val", required=True, help="SFT val split (chat jsonl)")
+    p.add_argument("--out", required=True, help="adapter folder to create (models/T/sft)")
+    p.add_argument("--run-dir", required=True, help="swift output_dir (all checkpoints, logging.jsonl)")
+    p.add_argument("--tb", required=True, help="TensorBoard log dir")
+    p.add_argument("--stats", help="stats json (losses, best checkpoint, wall time)")
+    p.add_argument("--threads", type=int, help="CPU threads (OMP_NUM_THREADS)")
+    p.set_defaults(func=cmd_sft)
+
+    p = sub.add_parser("merge", help="merge a LoRA adapter into its base model (swift export --merge_lora)")
+    common(p, tenant=False)
+    p.add_argument("--base", required=True)
+    p.add_argument("--adapter", required=True)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=cmd_merge)
+
+    p = sub.add_parser("rl-data", help="SFT splits → RL prompts with the teacher's side (verl parquet + swift jsonl)")
+    common(p)
+    p.add_argument("--train", required=True)
+    p.add_argument("--val", required=True)
+    p.add_argument("--queries", required=True, help="queries.jsonl (query, profile, history per query id)")
+    p.add_argument("--out-dir", required=True, help=f"writes {', '.join(RL_FILES.values())}")
+    p.set_defaults(func=cmd_rl_data)
+
+    p = sub.add_parser("rl", help="RL on the merged SFT model with the qrewrite reward (rl.backend: verl | "
+                       "swift-grpo); writes the merged RL model")
+    common(p)
+    p.add_argument("--model", required=True, help="merged SFT model folder")
+    p.add_argument("--data-dir", required=True, help="rl-data output folder")
+    p.add_argument("--out", required=True, help="merged RL model folder to create (models/T/rl)")
+    p.add_argument("--run-dir", required=True, help="backend checkpoints")
+    p.add_argument("--tb", required=True, help="TensorBoard log dir (backend scalars + qrewrite/* reward scalars)")
+    p.add_argument("--stats", help="stats json (reward curve summary, wall time)")
+    p.add_argument("--threads", type=int, help="CPU threads (OMP_NUM_THREADS)")
+    p.set_defaults(func=cmd_rl)

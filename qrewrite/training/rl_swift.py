@@ -1,0 +1,38 @@
+"""RL on CPU (embedded backend): ms-swift GRPO with the qrewrite reward plugin, then merge the LoRA."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from ..envs import REPO
+from ..reward.monitor import FLUSH_EVERY_ENV, TB_DIR_ENV
+from ..reward.scorer import CONFIG_ENV
+from . import swift_cmds as sc
+from .merge import merge_lora
+
+PLUGIN = REPO / "qrewrite" / "reward" / "swift_plugin.py"
+REWARD_FUNC = "qrewrite_reward"
+
+
+def grpo_hparams(cfg: dict) -> dict:
+    return {**cfg["rl"]["swift_grpo"], "device": cfg["train"]["device"],
+            "model_type": cfg["base_model"]["model_type"], "template": cfg["base_model"]["template"]}
+
+
+def run_swift_grpo(cfg: dict, *, config_path: str, model: str, train_jsonl: str, out: str, run_dir: str,
+                   tb_dir: str, log_file: str | None = None, threads: int | None = None) -> dict:
+    hp = grpo_hparams(cfg)
+    for d in (run_dir, tb_dir):
+        shutil.rmtree(d, ignore_errors=True)
+    argv = sc.grpo_cmd({**hp, "model": model, "train_file": train_jsonl, "output_dir": run_dir,
+                        "logging_dir": tb_dir, "plugin": str(PLUGIN), "reward_funcs": [REWARD_FUNC]})
+    env = {CONFIG_ENV: str(Path(config_path).resolve()), TB_DIR_ENV: str(Path(tb_dir).resolve()),
+           FLUSH_EVERY_ENV: "0", "PYTHONPATH": str(REPO)}
+    if threads:
+        env["OMP_NUM_THREADS"] = str(threads)
+    wall = sc.run_swift(argv, log_file=log_file, env=env)
+    ckpt = sc.last_checkpoint(run_dir)
+    merged = merge_lora(cfg, base=model, adapter=str(ckpt), out=out, log_file=log_file)
+    return {"backend": "swift-grpo", "wall_s": round(wall, 1), "merge_wall_s": merged["wall_s"],
+            "checkpoint": ckpt.name, "hparams": hp}

@@ -1,0 +1,89 @@
+"""RL on the cluster: verl PPO/GRPO (`python -m verl.trainer.main_ppo`), then an HF folder of the result.
+
+verl 0.9 checkpoints are FSDP shards under `<run_dir>/global_step_N/actor`; `python -m
+verl.model_merger merge --backend fsdp` turns them into an HF folder, writing a LoRA run as base
+weights + `lora_adapter/`, which we fold into the weights with peft so `models/T/rl` is one plain model.
+Needs GPUs and vLLM: it cannot run on CPU (tests check the command and its Hydra composition instead).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from ..envs import REPO
+from ..errors import QrewriteError
+from ..io_utils import atomic_dir
+from ..reward.monitor import FLUSH_EVERY_ENV, TB_DIR_ENV
+from ..reward.scorer import CONFIG_ENV
+from ..rl.verl_overrides import build_command, resolve_config
+from .swift_cmds import run_swift, swift_env
+
+REWARD_FILE = REPO / "qrewrite" / "reward" / "verl_reward.py"
+
+
+def verl_paths(*, model: str, train: str, val: str, run_dir: str) -> dict:
+    return {"model": str(Path(model).resolve()), "train_files": str(Path(train).resolve()),
+            "val_files": str(Path(val).resolve()), "reward_fn": str(REWARD_FILE),
+            "checkpoint_dir": str(Path(run_dir).resolve())}
+
+
+def verl_env(cfg: dict, *, config_path: str, tb_dir: str) -> dict[str, str]:
+    c = resolve_config(cfg["rl"]["verl"])
+    return {CONFIG_ENV: str(Path(config_path).resolve()), TB_DIR_ENV: str(Path(tb_dir).resolve()),
+            "TENSORBOARD_DIR": str(Path(tb_dir).resolve()),  # verl's own tensorboard logger
+            FLUSH_EVERY_ENV: str(int(c["train_batch_size"]) * int(c["rollout_n"])),  # one flush per step
+            "PYTHONPATH": str(REPO)}
+
+
+def latest_actor_checkpoint(run_dir: str | Path) -> Path:
+    run = Path(run_dir)
+    marker = run / "latest_checkpointed_iteration.txt"
+    steps = sorted((int(p.name.split("_")[-1]) for p in run.glob("global_step_*") if p.name.split("_")[-1].isdigit()))
+    step = int(marker.read_text().strip()) if marker.is_file() else (steps[-1] if steps else None)
+    if step is None or not (run / f"global_step_{step}" / "actor").is_dir():
+        raise QrewriteError(f"no verl actor checkpoint under {run}",
+                            hint="set rl.verl.save_freq (-1 saves only at the end) and check the training log")
+    return run / f"global_step_{step}" / "actor"
+
+
+def fold_lora(hf_dir: Path, out_dir: Path) -> None:
+    """HF folder (+ optional lora_adapter/) -> one merged model in out_dir."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, torch_dtype=torch.bfloat16)
+    lora = hf_dir / "lora_adapter"
+    if lora.is_dir():
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, lora).merge_and_unload()
+    model.save_pretrained(out_dir, safe_serialization=True)
+    AutoTokenizer.from_pretrained(hf_dir).save_pretrained(out_dir)
+
+
+def run_verl(cfg: dict, *, config_path: str, model: str, train: str, val: str, out: str, run_dir: str,
+             tb_dir: str, log_file: str | None = None) -> dict:
+    for d in (run_dir, tb_dir):
+        shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(tb_dir, exist_ok=True)
+    argv = build_command(cfg["rl"]["verl"], verl_paths(model=model, train=train, val=val, run_dir=run_dir),
+                         python=sys.executable)
+    env = verl_env(cfg, config_path=config_path, tb_dir=tb_dir)
+    wall = run_swift(argv, log_file=log_file, env=env)  # same streaming runner: any command works
+    actor = latest_actor_checkpoint(run_dir)
+    with atomic_dir(out) as tmp:
+        hf = Path(tmp) / "hf"
+        subprocess.run([sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
+                        "--local_dir", str(actor), "--target_dir", str(hf)], check=True, env=swift_env(env))
+        final = Path(tmp) / "final"
+        fold_lora(hf, final)
+        shutil.rmtree(hf)
+        for p in final.iterdir():
+            shutil.move(str(p), Path(tmp) / p.name)
+        final.rmdir()
+    return {"backend": "verl", "algorithm": cfg["rl"]["verl"]["algorithm"], "wall_s": round(wall, 1),
+            "checkpoint": str(actor.parent.name), "overrides": argv[3:]}

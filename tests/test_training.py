@@ -1,0 +1,236 @@
+"""Training stages around the frameworks: RL data, the reward monitor, the env switch, the verl command.
+
+The real ms-swift runs are in tests/test_train_pipeline.py (Snakemake, CPU); verl's own loaders in
+tests/test_verl.py and here (our rl-data parquet through RLHFDataset).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import REPO
+from qrewrite.config import load_config
+from qrewrite.paths import tenant_paths
+from qrewrite.reward.monitor import batch_scalars, counter_scalars
+from qrewrite.rl.verl_dataset import parse_ground_truth
+from test_reward_frameworks import train_python
+from test_verl import run_verl
+
+
+def _detail(score, win, **kw):
+    d = {"score": score, "judge_term": 0.0, "retrieval_term": 0.1, "win_term": 0.5 if win > 0 else -0.3 * (win < 0),
+         "student_top1": 0.7, "teacher_top1": 0.6, "q_student": 0.5, "q_teacher": 0.4, "judge_sampled": 0, "win": win}
+    d.update(kw)
+    return d
+
+
+def test_batch_scalars_means_and_rates():
+    s = batch_scalars([_detail(0.5, 1, judge_sampled=1), _detail(-0.2, -1), _detail(0.0, 0), _detail(0.3, 1)])
+    assert s["reward_mean"] == pytest.approx(0.15)
+    assert (s["win_rate"], s["tie_rate"], s["loss_rate"]) == (0.5, 0.25, 0.25)
+    assert s["judge_sampled_share"] == 0.25 and s["student_top1"] == pytest.approx(0.7)
+    assert batch_scalars([]) == {}
+
+
+def test_counter_scalars_sum_tenants_and_hit_rates():
+    stats = {"a": {"rag_calls": 30, "rag_cache_hits": 5, "rag_disk_hits": 5, "judge_calls": 4, "judge_cache_hits": 1,
+                   "judge_memo_hits": 3, "judge_provider": "rule"},
+             "b": {"rag_calls": 10, "rag_cache_hits": 0, "rag_disk_hits": 0, "judge_calls": 0, "judge_cache_hits": 0,
+                   "judge_memo_hits": 0}}
+    c = counter_scalars(stats)
+    assert c["rag_calls"] == 40 and c["judge_calls"] == 4
+    assert c["rag_cache_hit_rate"] == pytest.approx(10 / 50) and c["judge_cache_hit_rate"] == pytest.approx(0.5)
+    assert counter_scalars({})["rag_cache_hit_rate"] == 0.0
+
+
+MONITOR_DRIVER = """
+import json, os, sys
+from qrewrite.reward.monitor import get_monitor
+from qrewrite.training.rl_summary import summarize_curve
+from tensorboard.backend.event_processing import event_accumulator
+tb = os.environ["QREWRITE_TB_DIR"]
+m = get_monitor()
+d = lambda s, w: {"score": s, "judge_term": 0.0, "retrieval_term": s, "win_term": 0.0, "student_top1": 0.5,
+                  "teacher_top1": 0.5, "q_student": 0.5, "q_teacher": 0.5, "judge_sampled": 0, "win": w}
+stats = {"t": {"rag_calls": 3, "rag_cache_hits": 1, "rag_disk_hits": 0, "judge_calls": 0, "judge_cache_hits": 0,
+               "judge_memo_hits": 0}}
+for i in range(6):  # flush_every=4 rollouts: 12 rollouts of 2 -> 3 flushes
+    m.record([d(0.1 * i, 1), d(0.1 * i, -1)], stats)
+m.writer.close()
+files = [os.path.join(tb, f) for f in os.listdir(tb) if "tfevents" in f]
+ea = event_accumulator.EventAccumulator(files[0]); ea.Reload()
+json.dump({"tags": ea.Tags()["scalars"], "reward": [e.value for e in ea.Scalars("qrewrite/reward_mean")],
+           "summary": summarize_curve(tb)}, open(sys.argv[-1], "w"))
+"""
+
+
+def test_reward_monitor_writes_tensorboard_and_curve(tmp_path):
+    py = train_python("swift")
+    drv = tmp_path / "drv.py"
+    drv.write_text(MONITOR_DRIVER, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "QREWRITE_TB_DIR": str(tmp_path / "tb"),
+           "QREWRITE_TB_FLUSH_EVERY": "4"}
+    proc = subprocess.run([str(py), str(drv), str(tmp_path / "out.json")], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads((tmp_path / "out.json").read_text())
+    for tag in ("reward_mean", "win_rate", "judge_term", "retrieval_term", "win_term", "student_top1",
+                "teacher_top1", "rag_calls", "judge_calls", "rag_cache_hit_rate"):
+        assert f"qrewrite/{tag}" in res["tags"], tag
+    assert res["reward"] == pytest.approx([0.05, 0.25, 0.45])  # means of rollouts (0,0,.1,.1), (.2,.2,.3,.3)...
+    s = res["summary"]
+    assert s["reward_steps"] == 3 and s["rollouts_scored"] == 12
+    assert s["first"]["reward_mean"] == pytest.approx(0.05) and s["last"]["reward_mean"] == pytest.approx(0.45)
+    assert s["last"]["win_rate"] == 0.5 and s["rag_calls"] == 3 and s["rag_cache_hit_rate"] == pytest.approx(0.25)
+
+
+# ------------------------------------------------------------------------------------------- rl-data
+
+@pytest.fixture(scope="module")
+def data_project(tmp_path_factory):
+    """fivedoctors' data half (first 80 queries) in a scratch project, plus `qrewrite rl-data`."""
+    from conftest import Project
+
+    project = Project(tmp_path_factory.mktemp("rl") / "proj")
+    cfg = project.config
+    cfg["tenants"] = [t for t in cfg["tenants"] if t["name"] == "fivedoctors"]
+    project.set_config(cfg)
+    project.keep_queries("fivedoctors", 80)
+    for stage in ("build-excel", "ingest", "teach", "validate", "split"):
+        project.stage(stage)
+    p = tenant_paths("fivedoctors")
+    project.qrewrite("rl-data", "--config", "config.yaml", "--tenant", "fivedoctors", "--train", p["train"],
+                     "--val", p["val"], "--queries", p["queries"], "--out-dir", p["rl_dir"])
+    return project
+
+
+def test_rl_data_matches_sft_prompts_and_teacher_side(data_project):
+    p = tenant_paths("fivedoctors")
+    sft = data_project.read_jsonl(p["train"])
+    rows = data_project.read_jsonl(p["rl_train_swift"])
+    assert len(rows) == len(sft) > 20
+    queries = {q["id"]: q for q in data_project.read_jsonl(p["queries"])}
+    for s, r in zip(sft, rows):
+        meta = s["meta"]
+        # the prompt is exactly what SFT trained on, minus the answer
+        assert r["messages"] == s["messages"][:-1] and s["messages"][-1]["role"] == "assistant"
+        assert r["query_id"] == meta["query_id"] and r["tenant"] == "fivedoctors"
+        assert r["query"] == queries[meta["query_id"]]["query"]
+        gt = parse_ground_truth(r["ground_truth"])
+        assert gt["teacher_rewrite"] == s["messages"][-1]["content"]
+        assert gt["teacher_retrieval"]["top1"] == meta["teacher_top1"]
+        assert gt["teacher_retrieval"]["mean_top3"] == meta["teacher_mean_top3"]
+        assert gt["gold_doc_ids"] == meta["gold_doc_ids"]
+
+
+def test_rl_data_unknown_query_id_names_file_and_row(data_project, tmp_path):
+    p = tenant_paths("fivedoctors")
+    bad = tmp_path / "train.jsonl"
+    rows = data_project.read_jsonl(p["train"])
+    rows[2]["meta"]["query_id"] = "q-does-not-exist"
+    bad.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    out = tmp_path / "rl"
+    proc = data_project.qrewrite("rl-data", "--config", "config.yaml", "--tenant", "fivedoctors", "--train", str(bad),
+                                 "--val", p["val"], "--queries", p["queries"], "--out-dir", str(out), check=False)
+    assert proc.returncode == 2
+    assert str(bad) in proc.stderr and "row 3" in proc.stderr and "q-does-not-exist" in proc.stderr
+    assert not out.exists() or not any(out.iterdir())  # nothing half-written
+
+
+RLHF_DRIVER = """
+import json, os, sys
+repo, parquet, out_path = sys.argv[1], sys.argv[2], sys.argv[-1]
+from transformers import AutoTokenizer
+from qrewrite.training.base_model import find_gguf
+from qrewrite.rl.verl_compose_check import compose_verl_config
+from qrewrite.rl.verl_overrides import build_overrides
+from omegaconf import open_dict
+g = find_gguf()
+tok_dir = os.path.join(os.path.dirname(out_path), "tok")
+AutoTokenizer.from_pretrained(str(g.parent), gguf_file=g.name).save_pretrained(tok_dir)
+from verl.utils import hf_tokenizer
+tok = hf_tokenizer(tok_dir)
+cfg = compose_verl_config(build_overrides({"algorithm": "ppo"}, dict(model=tok_dir, train_files=parquet,
+      val_files=parquet, reward_fn=repo + "/qrewrite/reward/verl_reward.py", checkpoint_dir="/tmp/ck")))
+with open_dict(cfg):
+    cfg.data.cache_dir = os.path.join(os.path.dirname(out_path), "cache")
+from verl.utils.dataset.rl_dataset import RLHFDataset
+ds = RLHFDataset(data_files=cfg.data.train_files, tokenizer=tok, config=cfg.data)
+it = ds[0]
+json.dump({"len": len(ds), "raw_prompt": list(it["raw_prompt"]), "data_source": it["data_source"],
+           "gt": it["reward_model"]["ground_truth"], "extra": dict(it["extra_info"])}, open(out_path, "w"),
+          ensure_ascii=False, default=str)
+"""
+
+
+@pytest.mark.slow
+def test_rl_data_parquet_loads_with_verl_rlhfdataset(data_project, tmp_path):
+    p = tenant_paths("fivedoctors")
+    res = run_verl(RLHF_DRIVER, tmp_path, str(data_project.root / p["rl_train"]))
+    sft = data_project.read_jsonl(p["train"])
+    assert res["len"] == len(sft)
+    assert res["raw_prompt"] == sft[0]["messages"][:-1] and res["data_source"] == "fivedoctors"
+    assert parse_ground_truth(res["gt"])["teacher_rewrite"] == sft[0]["messages"][-1]["content"]
+    assert res["extra"]["query_id"] == sft[0]["meta"]["query_id"] and res["extra"]["split"] == "train"
+
+
+# ---------------------------------------------------------------------------------------- env switch
+
+def test_training_command_without_its_env_says_how_to_build_it(data_project):
+    env = {"QREWRITE_SWIFT_PYTHON": "/nonexistent/python"}
+    proc = data_project.qrewrite("base-model", "--config", "config.yaml", "--out", "models/base", env=env, check=False)
+    if proc.returncode == 0:
+        pytest.fail("base-model ran although ms-swift is importable in the test env? " + proc.stderr[-500:])
+    assert "needs the swift environment" in proc.stderr and "make .venvs/swift/.installed" in proc.stderr
+    assert not (data_project.root / "models" / "base").exists()
+
+
+def test_base_model_from_path_links_a_local_folder(data_project, tmp_path):
+    folder = tmp_path / "Qwen3-tiny"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    cfg = data_project.config
+    cfg["base_model"] = {"source": "path", "path": str(folder), "model_type": "qwen3", "template": "qwen3"}
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+    out = tmp_path / "models" / "base"
+    out.parent.mkdir()
+    data_project.qrewrite("base-model", "--config", str(path), "--out", str(out))
+    assert out.is_symlink() and out.resolve() == folder.resolve()
+    (folder / "config.json").unlink()
+    proc = data_project.qrewrite("base-model", "--config", str(path), "--out", str(out), check=False)
+    assert proc.returncode == 2 and "not a Hugging Face model folder" in proc.stderr
+
+
+# --------------------------------------------------------------------------------------------- verl
+
+def test_verl_rl_command_from_the_cluster_config(tmp_path):
+    """The schema defaults are the design's cluster values; the generated verl command carries them."""
+    from qrewrite.training.rl_verl import verl_env, verl_paths
+    from qrewrite.rl.verl_overrides import build_command
+
+    cfg = load_config(REPO / "config.yaml")
+    cfg["rl"] = load_config(REPO / "config.yaml")["rl"] | {"backend": "verl"}
+    cluster = json.loads(json.dumps(cfg["rl"]["verl"]))
+    argv = build_command(cluster, verl_paths(model="models/fd/sft-merged", train="t.parquet", val="v.parquet",
+                                             run_dir="ck"), python=sys.executable)
+    ov = dict(a.split("=", 1) for a in argv[3:])
+    assert argv[1:3] == ["-m", "verl.trainer.main_ppo"]
+    assert ov["algorithm.adv_estimator"] == "gae" and ov["critic.enable"] == "true"
+    assert ov["actor_rollout_ref.actor.ppo_epochs"] == "4" and ov["actor_rollout_ref.actor.clip_ratio"] == "0.2"
+    assert ov["actor_rollout_ref.actor.entropy_coeff"] == "0.01"
+    assert ov["actor_rollout_ref.actor.optim.clip_grad"] == "0.5" and ov["critic.optim.clip_grad"] == "0.5"
+    assert ov["actor_rollout_ref.actor.optim.lr"] == "1e-05" and ov["critic.optim.lr"] == "0.0001"
+    assert ov["algorithm.gamma"] == "0.99" and ov["algorithm.lam"] == "0.95"
+    assert ov["data.train_batch_size"] == "32" and ov["actor_rollout_ref.rollout.name"] == "vllm"
+    assert ov["trainer.logger"] == "['console','tensorboard']"
+    assert ov["reward.custom_reward_function.path"].endswith("qrewrite/reward/verl_reward.py")
+    env = verl_env(cfg, config_path="config.yaml", tb_dir=str(tmp_path / "tb"))
+    assert env["TENSORBOARD_DIR"] == env["QREWRITE_TB_DIR"] == str(tmp_path / "tb")
+    assert env["QREWRITE_TB_FLUSH_EVERY"] == "32"  # 32 prompts x 1 rollout (ppo) per step
