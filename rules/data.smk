@@ -16,6 +16,8 @@ rule build_excel:
     resources:
         mem_mb=1000,
         runtime=5,
+    container:
+        CONTAINERS["cpu"]
     shell:
         "qrewrite build-excel --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --out {output} 2> {log}"
 
@@ -36,6 +38,8 @@ rule ingest:
     resources:
         mem_mb=2000,
         runtime=10,
+    container:
+        CONTAINERS["cpu"]
     shell:
         "qrewrite ingest --config {RESOLVED_CONFIG} --tenant {wildcards.tenant}"
         " --out {output.queries} --stats {output.stats} 2> {log}"
@@ -58,6 +62,8 @@ rule teacher:
     resources:
         mem_mb=2000,
         runtime=120,
+    container:
+        CONTAINERS["cpu"]
     shell:
         "qrewrite teach --config {RESOLVED_CONFIG} --tenant {wildcards.tenant}"
         " --queries {input.queries} --out {output.teacher} --stats {output.stats} 2> {log}"
@@ -80,6 +86,8 @@ rule validate:
     resources:
         mem_mb=2000,
         runtime=60,
+    container:
+        CONTAINERS["cpu"]
     shell:
         "qrewrite validate --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --queries {input.queries}"
         " --teacher {input.teacher} --out {output.validated} --stats {output.stats} 2> {log}"
@@ -106,6 +114,8 @@ rule split:
     resources:
         mem_mb=1000,
         runtime=10,
+    container:
+        CONTAINERS["cpu"]
     shell:
         "qrewrite split --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --queries {input.queries}"
         " --teacher {input.teacher} --validated {input.validated} --out-dir {params.out_dir}"
@@ -124,5 +134,7 @@ rule summarize:
     resources:
         mem_mb=500,
         runtime=5,
+    container:
+        CONTAINERS["cpu"]
     shell:
         "qrewrite summarize --tenant {wildcards.tenant} --stats {input.stats} --out {output} 2> {log}"

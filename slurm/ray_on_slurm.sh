@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Ray across the nodes of this Slurm allocation, then one command on the head node against it (verl RL),
+# in the manner of verl's examples/slurm/ray_on_slurm.slurm. Runs on the host, inside the job:
+#
+#   slurm/ray_on_slurm.sh [--image IMAGE.sif] [--port 6379] -- COMMAND [ARGS...]
+#
+# Head: the node this runs on (the job's first node). Workers: every other node of the job, each started
+# with `srun --overlap --nodes=1 --ntasks=1 -w NODE ray start --address HEAD:PORT --block`. Each node
+# offers Ray the CPUs and GPUs Slurm gave the job there (SLURM_CPUS_PER_TASK, SLURM_GPUS_ON_NODE).
+# COMMAND runs with RAY_ADDRESS=HEAD:PORT, so `ray.init()` (verl's main_ppo) joins this cluster.
+# With --image, ray and COMMAND run in `apptainer exec --nv IMAGE` ($QREWRITE_APPTAINER_BIND is bound);
+# without, they run on the host (ray must be on PATH, e.g. .venvs/verl/bin).
+# Ray is stopped on every node when COMMAND ends; the exit status is COMMAND's.
+set -euo pipefail
+
+image="" port="${QREWRITE_RAY_PORT:-6379}"
+while (($#)); do
+  case "$1" in
+    --image) image="$2"; shift 2 ;;
+    --port) port="$2"; shift 2 ;;
+    --) shift; break ;;
+    *) echo "ray_on_slurm.sh: unknown option $1 (usage: [--image IMG] [--port N] -- COMMAND...)" >&2; exit 2 ;;
+  esac
+done
+(($#)) || { echo "ray_on_slurm.sh: no COMMAND after --" >&2; exit 2; }
+[[ -n "${SLURM_JOB_ID:-}" ]] || { echo "ray_on_slurm.sh: not inside a Slurm job (SLURM_JOB_ID unset)" >&2; exit 2; }
+
+run=()
+if [[ -n "$image" ]]; then
+  run=(apptainer exec --nv)
+  [[ -n "${QREWRITE_APPTAINER_BIND:-}" ]] && run+=(--bind "$QREWRITE_APPTAINER_BIND")
+  run+=("$image")
+fi
+
+# The job's nodes from the controller: the step environment only describes this step's node.
+nodelist=$(squeue -h -j "$SLURM_JOB_ID" -o %N)
+mapfile -t nodes < <(scontrol show hostnames "$nodelist")
+head_node=$(hostname -s)
+[[ " ${nodes[*]} " == *" $head_node "* ]] || { echo "ray_on_slurm.sh: $head_node is not in the job's nodes ${nodes[*]}" >&2; exit 2; }
+head_ip=$(hostname --ip-address | awk '{print $1}')
+cpus="${SLURM_CPUS_PER_TASK:-1}"
+gpus="${SLURM_GPUS_ON_NODE:-0}"
+address="$head_ip:$port"
+echo "ray_on_slurm: head $head_node ($address), ${#nodes[@]} node(s): ${nodes[*]}; per node $cpus CPUs, $gpus GPUs"
+
+pids=()
+cleanup() {
+  "${run[@]}" ray stop --force >/dev/null 2>&1 || true
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done  # ends the workers' srun steps
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+"${run[@]}" ray start --head --node-ip-address="$head_ip" --port="$port" --num-cpus="$cpus" --num-gpus="$gpus" \
+  --disable-usage-stats
+for node in "${nodes[@]}"; do
+  [[ "$node" == "$head_node" ]] && continue
+  srun --overlap --nodes=1 --ntasks=1 -w "$node" "${run[@]}" \
+    ray start --address="$address" --num-cpus="$cpus" --num-gpus="$gpus" --block &
+  pids+=($!)
+done
+
+# Wait until every node has joined (Ray's own view), or fail naming the missing count.
+want=${#nodes[@]}
+for _ in $(seq 1 "${QREWRITE_RAY_WAIT_S:-300}"); do
+  have=$("${run[@]}" python -c "import ray; ray.init(address='$address', logging_level='ERROR'); print(sum(n['Alive'] for n in ray.nodes()))" 2>/dev/null | tail -1 || true)
+  [[ "$have" == "$want" ]] && break
+  for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null || { echo "ray_on_slurm.sh: a worker's srun exited" >&2; exit 1; }; done
+  sleep 1
+done
+[[ "$have" == "$want" ]] || { echo "ray_on_slurm.sh: only ${have:-0} of $want Ray nodes joined" >&2; exit 1; }
+echo "ray_on_slurm: $want node(s) joined; running: $*"
+
+set +e
+RAY_ADDRESS="$address" "${run[@]}" "$@"
+status=$?
+set -e
+exit "$status"
