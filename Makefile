@@ -34,7 +34,8 @@ TRAIN_ENVS := .venvs/swift/.installed .venvs/verl/.installed
 env: $(VENV)/.data-env
 test-env: $(VENV)/.test-env $(TRAIN_ENVS)
 
-run: $(VENV)/.data-env
+# The whole pipeline: data half in .venv, training commands re-run themselves in .venvs/swift.
+run: $(VENV)/.data-env .venvs/swift/.installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --cores $(CORES) --printshellcmds
 
 # The training-framework tests must not skip in CI: the envs are built above.

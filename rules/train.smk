@@ -2,7 +2,11 @@
 # cluster, ms-swift GRPO on CPU) → merged RL model. TensorBoard under logs/tensorboard/{tenant}/.
 # GPU rules run in the swift / verl containers; `qrewrite` re-runs itself in .venvs/<env> locally.
 
-RL_CONTAINER = CONTAINERS["verl" if config["rl"]["backend"] == "verl" else "swift"]
+# verl on several nodes: Ray must span the job's nodes, so slurm/ray_on_slurm.sh (on the host, outside
+# Snakemake's container) starts Ray in the verl image on every node and runs `qrewrite rl` on the head.
+VERL_MULTINODE = config["rl"]["backend"] == "verl" and config["rl"]["verl"]["nnodes"] > 1
+RL_CONTAINER = None if VERL_MULTINODE else CONTAINERS["verl" if config["rl"]["backend"] == "verl" else "swift"]
+RL_LAUNCH = f"{workflow.basedir}/slurm/ray_on_slurm.sh --image {CONTAINERS['verl']} -- " if VERL_MULTINODE else ""
 
 
 rule base_model:
@@ -69,8 +73,8 @@ rule merge_sft:
     container:
         CONTAINERS["swift"]
     shell:
-        "qrewrite merge --config {RESOLVED_CONFIG} --base {input.base} --adapter {input.adapter}"
-        " --out {output} > {log} 2>&1"
+        "qrewrite merge --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --base {input.base}"
+        " --adapter {input.adapter} --out {output} > {log} 2>&1"
 
 
 rule rl_data:
@@ -128,6 +132,6 @@ rule rl:
     container:
         RL_CONTAINER
     shell:
-        "qrewrite rl --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --model {input.model}"
+        RL_LAUNCH + "qrewrite rl --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --model {input.model}"
         " --data-dir {params.data_dir} --out {output.model} --run-dir {params.run_dir} --tb {output.tb}"
         " --stats {output.stats} --threads {threads} > {log} 2>&1"

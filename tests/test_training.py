@@ -234,3 +234,27 @@ def test_verl_rl_command_from_the_cluster_config(tmp_path):
     env = verl_env(cfg, config_path="config.yaml", tb_dir=str(tmp_path / "tb"))
     assert env["TENSORBOARD_DIR"] == env["QREWRITE_TB_DIR"] == str(tmp_path / "tb")
     assert env["QREWRITE_TB_FLUSH_EVERY"] == "32"  # 32 prompts x 1 rollout (ppo) per step
+
+
+def test_verl_run_checks_the_slurm_allocation():
+    from qrewrite.errors import QrewriteError
+    from qrewrite.training.rl_verl import check_allocation
+
+    check_allocation({"nnodes": 2, "n_gpus_per_node": 8}, {"SLURM_JOB_NUM_NODES": "2", "SLURM_GPUS_ON_NODE": "8"})
+    check_allocation({"nnodes": 2, "n_gpus_per_node": 8}, {})  # outside Slurm: nothing to compare
+    with pytest.raises(QrewriteError, match="rl.verl.nnodes is 2 but this Slurm job has 1"):
+        check_allocation({"nnodes": 2, "n_gpus_per_node": 8}, {"SLURM_JOB_NUM_NODES": "1"})
+
+
+def test_multinode_verl_rule_runs_through_the_ray_launcher(project):
+    """nnodes > 1: the rl rule drops Snakemake's container and wraps the command in slurm/ray_on_slurm.sh."""
+    project.update(rl={"backend": "verl", "verl": {"nnodes": 2, "n_gpus_per_node": 8}})
+    exe = os.path.join(os.path.dirname(sys.executable), "snakemake")
+    proc = subprocess.run([exe, "-s", str(REPO / "Snakefile"), "-d", str(project.root), "--configfile",
+                           str(project.config_path), "-n", "-p", "--forceall", "models/fivedoctors/rl"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(l for l in proc.stdout.splitlines() if "qrewrite rl " in l)
+    launcher = f"{REPO}/slurm/ray_on_slurm.sh --image containers/verl.sif -- qrewrite rl "
+    assert line.removeprefix("Shell command: ").startswith(launcher), line
+    assert os.access(REPO / "slurm" / "ray_on_slurm.sh", os.X_OK)

@@ -15,9 +15,13 @@ segmentation artefact ("天怎"), not query content, so it is left out of the de
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
 
-import bm25s
+# bm25s runs a jax op at import when jax is installed; on a GPU box XLA would then preallocate 75 % of the
+# GPU in every process that scores rewards, starving the trainer (seen on an H100, docs/gpu-check.md).
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+import bm25s  # noqa: E402
 import numpy as np
 
 from ..kb import Doc

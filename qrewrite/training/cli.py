@@ -33,6 +33,15 @@ def _write_stats(path: str | None, stats: dict) -> None:
         write_json(path, stats)
 
 
+def _lineage(out: str, *, rule: str, tenant: dict | None, inputs: dict, params: dict, cfg: dict, env: str,
+             started: float, usage: dict | None = None) -> None:
+    """lineage.json in the model folder just written (qrewrite.lineage; `qrewrite lineage verify` checks it)."""
+    from ..lineage import write_lineage
+
+    write_lineage(out, rule=rule, tenant=tenant["name"] if tenant else None, inputs=inputs, params=params,
+                  config=cfg, env=env, started=started, ended=time.time(), usage=usage)
+
+
 def cmd_base_model(args) -> None:
     cfg, _ = _cfg(args)
     src = cfg["base_model"]
@@ -64,8 +73,12 @@ def cmd_sft(args) -> None:
     from .sft import run_sft
 
     cfg, tenant = _cfg(args)
+    started = time.time()
     stats = run_sft(cfg, base=args.base, train=args.train, val=args.val, out=args.out, run_dir=args.run_dir,
                     tb_dir=args.tb, threads=args.threads)
+    _lineage(args.out, rule="sft", tenant=tenant, inputs={"base": args.base, "train": args.train, "val": args.val},
+             params=stats["hparams"], cfg=cfg, env="swift", started=started,
+             usage={"train_wall_s": stats["wall_s"], "steps": stats["steps"]})
     _write_stats(args.stats, {"tenant": tenant["name"], **stats})
     log.info("sft %s: best %s (eval loss %s), %ss", tenant["name"], stats["best_checkpoint"],
              stats["best_eval_loss"], stats["wall_s"])
@@ -77,8 +90,11 @@ def cmd_merge(args) -> None:
     ensure_env("swift", args.argv)
     from .merge import merge_lora
 
-    cfg, _ = _cfg(args)
+    cfg, tenant = _cfg(args)
+    started = time.time()
     stats = merge_lora(cfg, base=args.base, adapter=args.adapter, out=args.out)
+    _lineage(args.out, rule="merge_sft", tenant=tenant, inputs={"base": args.base, "adapter": args.adapter},
+             params={"merge_lora": True, "device": cfg["train"]["device"]}, cfg=cfg, env="swift", started=started)
     log.info("merged %s into %s -> %s (%ss)", args.adapter, args.base, args.out, stats["wall_s"])
 
 
@@ -100,6 +116,7 @@ def cmd_rl(args) -> None:
     ensure_env("verl" if backend == "verl" else "swift", args.argv)
     from .rl_summary import summarize_curve
 
+    started = time.time()
     data = {k: str(Path(args.data_dir) / v) for k, v in RL_FILES.items()}
     common = dict(config_path=args.config, model=args.model, out=args.out, run_dir=args.run_dir, tb_dir=args.tb)
     if backend == "verl":
@@ -111,6 +128,14 @@ def cmd_rl(args) -> None:
 
         stats = run_swift_grpo(cfg, train_jsonl=data["train_swift"], threads=args.threads, **common)
     stats["reward"] = summarize_curve(args.tb)
+    inputs = {"model": args.model, "kb": tenant["kb"]["path"]}
+    inputs.update({k: data[k] for k in (("train", "val") if backend == "verl" else ("train_swift",))})
+    r = stats["reward"]
+    _lineage(args.out, rule="rl", tenant=tenant, inputs=inputs,
+             params={"backend": backend, **cfg["rl"][backend.replace("-", "_")], "reward": cfg["reward"]}, cfg=cfg,
+             env="verl" if backend == "verl" else "swift", started=started,
+             usage={k: r[k] for k in ("rollouts_scored", "rag_calls", "judge_calls", "rag_cache_hit_rate",
+                                       "judge_cache_hit_rate")} | {"train_wall_s": stats["wall_s"]})
     _write_stats(args.stats, {"tenant": tenant["name"], **stats})
     r = stats["reward"]
     log.info("rl %s (%s): reward %.3f -> %.3f, win rate vs teacher %.2f -> %.2f, %ss", tenant["name"], backend,
@@ -138,7 +163,7 @@ def register(sub, common) -> None:
     p.set_defaults(func=cmd_sft)
 
     p = sub.add_parser("merge", help="merge a LoRA adapter into its base model (swift export --merge_lora)")
-    common(p, tenant=False)
+    common(p)
     p.add_argument("--base", required=True)
     p.add_argument("--adapter", required=True)
     p.add_argument("--out", required=True)

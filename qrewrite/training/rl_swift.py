@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 from ..envs import REPO
 from ..reward.monitor import FLUSH_EVERY_ENV, TB_DIR_ENV
-from ..reward.scorer import CONFIG_ENV
+from ..reward.scorer import CONFIG_ENV, PROJECT_ROOT_ENV
 from . import swift_cmds as sc
 from .merge import merge_lora
 
@@ -28,7 +29,7 @@ def run_swift_grpo(cfg: dict, *, config_path: str, model: str, train_jsonl: str,
     argv = sc.grpo_cmd({**hp, "model": model, "train_file": train_jsonl, "output_dir": run_dir,
                         "logging_dir": tb_dir, "plugin": str(PLUGIN), "reward_funcs": [REWARD_FUNC]})
     env = {CONFIG_ENV: str(Path(config_path).resolve()), TB_DIR_ENV: str(Path(tb_dir).resolve()),
-           FLUSH_EVERY_ENV: "0", "PYTHONPATH": str(REPO)}
+           FLUSH_EVERY_ENV: "0", "PYTHONPATH": str(REPO), PROJECT_ROOT_ENV: os.getcwd()}
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     wall = sc.run_swift(argv, log_file=log_file, env=env)

@@ -18,7 +18,7 @@ from ..envs import REPO
 from ..errors import QrewriteError
 from ..io_utils import atomic_dir
 from ..reward.monitor import FLUSH_EVERY_ENV, TB_DIR_ENV
-from ..reward.scorer import CONFIG_ENV
+from ..reward.scorer import CONFIG_ENV, PROJECT_ROOT_ENV
 from ..rl.verl_overrides import build_command, resolve_config
 from .swift_cmds import run_swift, swift_env
 
@@ -36,7 +36,7 @@ def verl_env(cfg: dict, *, config_path: str, tb_dir: str) -> dict[str, str]:
     return {CONFIG_ENV: str(Path(config_path).resolve()), TB_DIR_ENV: str(Path(tb_dir).resolve()),
             "TENSORBOARD_DIR": str(Path(tb_dir).resolve()),  # verl's own tensorboard logger
             FLUSH_EVERY_ENV: str(int(c["train_batch_size"]) * int(c["rollout_n"])),  # one flush per step
-            "PYTHONPATH": str(REPO)}
+            "PYTHONPATH": str(REPO), PROJECT_ROOT_ENV: os.getcwd()}
 
 
 def latest_actor_checkpoint(run_dir: str | Path) -> Path:
@@ -65,8 +65,20 @@ def fold_lora(hf_dir: Path, out_dir: Path) -> None:
     AutoTokenizer.from_pretrained(hf_dir).save_pretrained(out_dir)
 
 
+def check_allocation(verl_cfg: dict, environ=os.environ) -> None:
+    """Inside a Slurm job, the nodes and GPUs per node verl will ask Ray for must be what Slurm granted."""
+    granted = {"nnodes": environ.get("SLURM_JOB_NUM_NODES"), "n_gpus_per_node": environ.get("SLURM_GPUS_ON_NODE")}
+    for key, value in granted.items():
+        if value and value.isdigit() and int(value) != int(verl_cfg[key]):
+            raise QrewriteError(
+                f"rl.verl.{key} is {verl_cfg[key]} but this Slurm job has {value}",
+                hint="set QREWRITE_SLURM_RL_NODES / QREWRITE_SLURM_GPUS (slurm/config.yaml) to match rl.verl, "
+                     "or change rl.verl")
+
+
 def run_verl(cfg: dict, *, config_path: str, model: str, train: str, val: str, out: str, run_dir: str,
              tb_dir: str, log_file: str | None = None) -> dict:
+    check_allocation(cfg["rl"]["verl"])
     for d in (run_dir, tb_dir):
         shutil.rmtree(d, ignore_errors=True)
     os.makedirs(tb_dir, exist_ok=True)

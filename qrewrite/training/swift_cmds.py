@@ -319,6 +319,7 @@ def swift_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env.setdefault("MODELSCOPE_OFFLINE", "1")  # no-op for swift, harmless
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("PYTHONUNBUFFERED", "1")
+    env.setdefault("JAX_PLATFORMS", "cpu")  # see qrewrite/rag/local.py: keep jax (via bm25s) off the GPU
     if extra:
         env.update({k: str(v) for k, v in extra.items()})
     return env
