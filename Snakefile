@@ -7,6 +7,7 @@ configfile: "config.yaml"
 include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/train.smk"
+include: "rules/eval.smk"
 
 
 rule all:

@@ -14,7 +14,7 @@ from .errors import QrewriteError
 log = logging.getLogger("qrewrite")
 
 # Modules that add subcommands for the later stages (training, eval, lineage).
-SUBCOMMAND_MODULES = ("qrewrite.training.cli",)
+SUBCOMMAND_MODULES = ("qrewrite.training.cli", "qrewrite.lineage_cli", "qrewrite.eval.cli")
 
 
 def _common(p: argparse.ArgumentParser, tenant: bool = True) -> None:

@@ -39,3 +39,47 @@ def tenant_paths(tenant: str) -> dict[str, str]:
         "tb_sft": f"{LOGS}/tensorboard/{tenant}/sft",
         "tb_rl": f"{LOGS}/tensorboard/{tenant}/rl",
     }
+
+
+# --- provenance: which rule makes each artifact, from which artifacts --------------------------------------
+# Keys are tenant_paths keys, plus BASE_MODEL_KEY and the tenant's config-given files in CONFIG_INPUTS.
+# `qrewrite lineage` walks this back to the raw Excel; tests/test_lineage.py fails when it drifts from the
+# Snakemake rules (same rule names, same inputs).
+BASE_MODEL_KEY = "base_model"
+CONFIG_INPUTS = ("raw_excel", "kb", "demo_source")  # tenants[].raw_excel, .kb.path, .demo_source
+UPSTREAM: dict[str, tuple[str, tuple[str, ...]]] = {
+    "raw_excel": ("build_excel", ("demo_source",)),  # demo tenants only; otherwise supplied (and `dvc add`ed)
+    **{k: ("ingest", ("raw_excel", "kb")) for k in ("queries", "stats_ingest")},
+    **{k: ("teacher", ("queries", "kb")) for k in ("teacher", "stats_teacher")},
+    **{k: ("validate", ("queries", "teacher", "kb")) for k in ("validated", "stats_validate")},
+    **{k: ("split", ("queries", "teacher", "validated")) for k in ("train", "val", "test", "stats_split")},
+    **{k: ("rl_data", ("train", "val", "queries")) for k in ("rl_train", "rl_val", "rl_train_swift", "rl_val_swift")},
+    BASE_MODEL_KEY: ("base_model", ()),
+    **{k: ("sft", (BASE_MODEL_KEY, "train", "val")) for k in ("sft_model", "tb_sft", "stats_sft")},
+    "sft_merged": ("merge_sft", (BASE_MODEL_KEY, "sft_model")),
+    **{k: ("rl", ("sft_merged", "rl_train", "rl_val", "rl_train_swift", "kb")) for k in ("rl_model", "tb_rl", "stats_rl")},
+}
+
+
+def artifact_paths(tenant: dict) -> dict[str, str]:
+    """Every artifact key of tenant config `tenant` → its path (tenant_paths + base model + config files)."""
+    out = {**tenant_paths(tenant["name"]), BASE_MODEL_KEY: BASE_MODEL,
+           "raw_excel": tenant["raw_excel"], "kb": tenant["kb"]["path"]}
+    if tenant.get("demo_source"):
+        out["demo_source"] = tenant["demo_source"]
+    return out
+
+
+# --- evaluation and reports --------------------------------------------------------------------------------
+REPORTS = "reports"
+REPORT_HTML = f"{REPORTS}/index.html"
+
+
+def eval_paths(tenant: str) -> dict[str, str]:
+    """Per-tenant eval artifacts; `rewrites` is a pattern with {candidate}."""
+    return {
+        "rewrites": f"{RESULTS}/{tenant}/eval/{{candidate}}.jsonl",  # one candidate's rewrites + latencies
+        "eval_json": f"{REPORTS}/{tenant}/eval.json",              # metrics (DVC metrics)
+        "examples": f"{REPORTS}/{tenant}/examples.jsonl",           # biggest wins and losses vs the baseline
+        "plots": f"{REPORTS}/{tenant}/plots.json",                  # per-candidate bars (DVC plots)
+    }

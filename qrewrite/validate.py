@@ -7,6 +7,7 @@ import asyncio
 from tqdm import tqdm
 
 from .metrics import summarize_hits
+from .rag.cache import cached_http_rag
 from .rag.providers import make_rag
 
 
@@ -15,6 +16,8 @@ async def run_validation(cfg: dict, tenant: dict, queries: list[dict], teacher_r
     by_id = {q["id"]: q for q in queries}
     ok = [t for t in teacher_rows if t["status"] == "ok"]
     rag = make_rag(cfg, tenant)
+    if cfg["rag"]["provider"] == "http":
+        rag = cached_http_rag(rag, cfg, tenant)  # a rerun (also after kill -9) repeats no completed call
 
     async def one(t: dict) -> dict:
         q = by_id[t["id"]]
@@ -47,6 +50,7 @@ async def run_validation(cfg: dict, tenant: dict, queries: list[dict], teacher_r
 
     stats = {"stage": "validate", "in": len(teacher_rows), "out": len(out),
              "dropped": {"teacher_failed": len(teacher_rows) - len(ok)}, "rag_calls": rag.calls,
+             "rag_cache_hits": getattr(rag, "hits", 0),
              "hit_at_1": {"original": hit1("original_rag"), "rewrite": hit1("rewrite_rag"), "n": len(with_gold)},
              "rewrite_beats_original_share": round(sum(1 for r in out if r["gain"] > 0) / len(out), 4) if out else None}
     return out, stats

@@ -53,5 +53,12 @@ def model_targets():
     return [BASE_MODEL] + [tenant_paths(t)[k] for t in TENANTS for k in ("sft_model", "sft_merged", "rl_model")]
 
 
+def eval_targets():
+    """Per-tenant eval outputs and the HTML report (rules/eval.smk)."""
+    from qrewrite.paths import REPORT_HTML, eval_paths
+
+    return [eval_paths(t)[k] for t in TENANTS for k in ("eval_json", "examples", "plots")] + [REPORT_HTML]
+
+
 def all_targets():
-    return data_targets() + model_targets()
+    return data_targets() + model_targets() + eval_targets()

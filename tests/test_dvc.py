@@ -1,7 +1,9 @@
-"""dvc.yaml: generated from paths.py + config.yaml, and equivalent to the Snakemake rules in rules/data.smk."""
+"""dvc.yaml: generated from paths.py + config.yaml, and equivalent to the Snakemake rules in rules/*.smk; the local
+remote and DVC-tracked raw Excel files."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import re
@@ -15,8 +17,10 @@ import yaml
 
 from conftest import REPO
 
-STAGE_RULES = ("build_excel", "ingest", "teacher", "validate", "split", "summarize")
+STAGE_RULES = ("build_excel", "ingest", "teacher", "validate", "split", "summarize", "base_model", "sft",
+               "merge_sft", "rl_data", "rl", "eval_generate", "eval_rewrites", "eval", "report")
 SNAKEMAKE_CONFIG = "--config results/.config.resolved.yaml"
+DATA_STAGES = ("build_excel", "ingest", "teacher", "validate", "split", "summarize")
 
 
 def qrewrite(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
@@ -41,7 +45,7 @@ def test_check_fails_on_a_stale_dvc_yaml(tmp_path):
 
 # --- DVC's view: dvc.yaml with every `foreach` expanded (DVC's own templating rules, no dvc import) ----------
 
-def _interpolate(value, key: str, item: dict):
+def _interpolate(value, key: str, item: dict | None):
     if isinstance(value, str):
         def sub(m: re.Match) -> str:
             ref = m.group(1)
@@ -65,17 +69,21 @@ def _paths(entries: list) -> set[str]:
 
 
 def dvc_stages() -> dict[tuple[str, str], dict]:
-    """{(stage, tenant): {cmd, deps, outs, params}} from the committed dvc.yaml."""
+    """{(stage, key): {cmd, deps, outs, params}} from the committed dvc.yaml; key is the foreach key (tenant,
+    or tenant-candidate for eval candidates), "" for a stage that runs once (base_model, report)."""
     doc = yaml.safe_load((REPO / "dvc.yaml").read_text(encoding="utf-8"))
     out = {}
     for name, stage in doc["stages"].items():
-        assert isinstance(stage.get("foreach"), dict), f"{name}: expected a foreach keyed by tenant"
-        for tenant, item in stage["foreach"].items():
-            do = _interpolate(stage["do"], tenant, item)
-            out[(name, tenant)] = {
+        if "foreach" in stage:
+            assert isinstance(stage["foreach"], dict), f"{name}: expected a foreach keyed by tenant (or tenant-candidate)"
+            expanded = [(k, _interpolate(stage["do"], k, item)) for k, item in stage["foreach"].items()]
+        else:
+            expanded = [("", stage)]
+        for key, do in expanded:
+            out[(name, key)] = {
                 "cmd": do["cmd"],
                 "deps": _paths(do.get("deps")),
-                "outs": _paths(do.get("outs")) | _paths(do.get("metrics")),
+                "outs": _paths(do.get("outs")) | _paths(do.get("metrics")) | _paths(do.get("plots")),
                 "params": do.get("params", []),
             }
     return out
@@ -84,11 +92,13 @@ def dvc_stages() -> dict[tuple[str, str], dict]:
 # --- Snakemake's view: `snakemake -n -p --forceall` in a scratch dir ---------------------------------------
 
 def snakemake_jobs(root: Path) -> dict[tuple[str, str], dict]:
-    """{(rule, tenant): {cmd, deps, outs}} from a dry run that plans every job from scratch."""
+    """{(rule, key): {cmd, deps, outs}} from a dry run that plans every job from scratch; key as in dvc_stages."""
     exe = Path(sys.executable).parent / "snakemake"
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    # as many cores as the training rules' threads, so `--threads {threads}` is not capped below config
+    cores = yaml.safe_load((REPO / "config.yaml").read_text(encoding="utf-8")).get("train", {}).get("threads", 1)
     proc = subprocess.run([str(exe), "-s", str(REPO / "Snakefile"), "-d", str(root), "-n", "-p", "--forceall",
-                           "--cores", "1"], capture_output=True, text=True, env=env, timeout=300)
+                           "--cores", str(cores)], capture_output=True, text=True, env=env, timeout=300)
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-5000:]
     jobs = {}
@@ -97,21 +107,22 @@ def snakemake_jobs(root: Path) -> dict[tuple[str, str], dict]:
         fields = dict(re.findall(r"^    (\w+): (.*)$", block, flags=re.M))
         cmd = re.search(r"^Shell command: (.*)$", block, flags=re.M)
         wildcards = dict(kv.split("=", 1) for kv in fields.get("wildcards", "").split(", ") if "=" in kv)
-        if "tenant" not in wildcards:
-            continue  # rule all
+        if rule in ("all", "data", "models"):
+            continue  # target rules, no command
         assert cmd, f"no shell command printed for {rule}:\n{block}"
+        key = "-".join(wildcards[w] for w in ("tenant", "candidate") if w in wildcards)
         split = lambda s: {p for p in s.split(", ") if p}  # noqa: E731
-        jobs[(rule, wildcards["tenant"])] = {"cmd": cmd.group(1).strip(), "deps": split(fields.get("input", "")),
-                                             "outs": split(fields.get("output", ""))}
+        jobs[(rule, key)] = {"cmd": cmd.group(1).strip(), "deps": split(fields.get("input", "")),
+                             "outs": split(fields.get("output", ""))}
     assert jobs, f"could not parse any job from the snakemake dry run:\n{text[-3000:]}"
     return jobs
 
 
 def as_dvc_cmd(snakemake_cmd: str) -> str:
-    """The Snakemake shell command as the DVC stage runs it: the source config, no stderr redirect to logs/."""
+    """The Snakemake shell command as the DVC stage runs it: the source config, no redirect to logs/."""
     assert SNAKEMAKE_CONFIG in snakemake_cmd or snakemake_cmd.startswith("qrewrite summarize"), snakemake_cmd
     cmd = snakemake_cmd.replace(SNAKEMAKE_CONFIG, "--config config.yaml")
-    return re.sub(r"\s+2>\s*logs/\S+$", "", cmd).strip()
+    return re.sub(r"\s+(2>\s*logs/\S+|>\s*logs/\S+\s+2>&1)$", "", cmd).strip()
 
 
 def test_dvc_stages_match_snakemake_rules(project):
@@ -119,7 +130,7 @@ def test_dvc_stages_match_snakemake_rules(project):
     stages = dvc_stages()
     cfg = yaml.safe_load((REPO / "config.yaml").read_text(encoding="utf-8"))
     tenants = [t["name"] for t in cfg["tenants"]]
-    assert {t for _, t in jobs} == set(tenants)
+    assert {k.split("-")[0] for _, k in jobs if k} == set(tenants)
     assert set(stages) == set(jobs), f"only in dvc.yaml: {set(stages) - set(jobs)}; " \
                                      f"only in Snakemake: {set(jobs) - set(stages)}"
     for (rule, tenant), job in sorted(jobs.items()):
@@ -131,25 +142,45 @@ def test_dvc_stages_match_snakemake_rules(project):
 
 
 def test_dvc_params_name_existing_keys_of_the_right_tenant():
-    """Every param key resolves in config.yaml (DVC fails on a missing one) and tenant keys point at the
-    stage's own tenant (a stale list index would silently track another tenant)."""
-    cfg = yaml.safe_load((REPO / "config.yaml").read_text(encoding="utf-8"))
+    """Every param key resolves in its file (DVC fails on a missing one); tenant keys point at the stage's own
+    tenant and candidate keys at the stage's own eval candidate (a stale list index would silently track
+    another one)."""
+    files = {"config.yaml": yaml.safe_load((REPO / "config.yaml").read_text(encoding="utf-8")),
+             "qrewrite/schemas/config.schema.yaml":
+                 yaml.safe_load((REPO / "qrewrite/schemas/config.schema.yaml").read_text(encoding="utf-8"))}
+    cfg = files["config.yaml"]
     seen = set()
-    for (stage, tenant), spec in dvc_stages().items():
+    for (stage, key), spec in dvc_stages().items():
+        tenant = key.split("-")[0]
         for entry in spec["params"]:
-            assert list(entry) == ["config.yaml"], entry
-            for key in entry["config.yaml"]:
-                node = cfg
-                for part in key.split("."):
+            (fname, keys), = entry.items()
+            assert fname in files, entry
+            for k in keys:
+                node = files[fname]
+                for part in k.split("."):
                     node = node[int(part)] if isinstance(node, list) else node[part]
-                parts = key.split(".")
+                parts = k.split(".")
                 if parts[0] == "tenants":
-                    assert cfg["tenants"][int(parts[1])]["name"] == tenant, (stage, tenant, key)
-                seen.add((stage, parts[0] if parts[0] != "tenants" else ".".join(["tenants", *parts[2:]])))
-    # Mirrors the rules' `params:` in rules/data.smk.
+                    assert cfg["tenants"][int(parts[1])]["name"] == tenant, (stage, key, k)
+                if parts[:2] == ["eval", "candidates"] and len(parts) > 2:
+                    assert f"{tenant}-{cfg['eval']['candidates'][int(parts[2])]['name']}" == key, (stage, key, k)
+                    parts = parts[:2]
+                if fname != "config.yaml":
+                    label = "schema"
+                elif parts[0] == "tenants":
+                    label = ".".join(["tenants", *parts[2:]])
+                else:
+                    label = ".".join(parts) if parts[0] == "eval" else parts[0]
+                seen.add((stage, label))
+    # Mirrors the rules' `params:` in rules/*.smk (`reward` is not in config.yaml: its schema defaults are tracked).
     assert seen == {("build_excel", "tenants.columns"), ("ingest", "tenants"), ("teacher", "teacher"),
                     ("teacher", "tenants.system_prompt"), ("validate", "rag"), ("split", "split"),
-                    ("split", "tenants.thresholds")}
+                    ("split", "tenants.thresholds"), ("base_model", "base_model"), ("sft", "train"),
+                    ("sft", "base_model"), ("rl_data", "rl"), ("rl", "rl"), ("rl", "rag"), ("rl", "schema"),
+                    ("eval_generate", "eval.candidates"), ("eval_generate", "eval.generation"),
+                    ("eval_generate", "eval.max_rows"), ("eval_generate", "eval.gpu_hour_usd"),
+                    ("eval_rewrites", "eval.candidates"), ("eval_rewrites", "eval.max_rows"),
+                    ("eval", "eval"), ("eval", "rag"), ("eval", "schema")}
 
 
 @pytest.mark.slow
@@ -175,17 +206,70 @@ def test_dvc_repro_runs_every_stage_and_reruns_only_the_changed_tenant(project):
     def ran(out: str) -> set[str]:
         return set(re.findall(r"Running stage '([\w@-]+)'", out))
 
-    every = {f"{s}@{t}" for s, t in dvc_stages()}
+    # The data half (`dvc repro summarize`: every stage upstream of summary.json). Training, eval and report
+    # through DVC: tests/test_report.py::test_dvc_adopts_the_run_and_reruns_only_the_changed_tenant.
+    every = {f"{s}@{t}" for s, t in dvc_stages() if s in DATA_STAGES}
     run("git", "init", "-q")
     dvc("init", "-q")
-    assert ran(dvc("repro")) == every
+    assert ran(dvc("repro", "summarize")) == every
     assert (root / "results/chengla/summary.json").exists() and (root / "results/fivedoctors/sft/train.jsonl").exists()
-    assert "up to date" in dvc("status")
-    assert not ran(dvc("repro", "--dry"))
+    assert "up to date" in dvc("status", "summarize")
+    assert not ran(dvc("repro", "--dry", "summarize"))
 
     src = root / "data/demo/chengla.queries.jsonl"
     src.write_text(src.read_text(encoding="utf-8") + '{"query": "雅思课程可以退费吗", "profile": "", "history": "", '
                    '"gold_doc_ids": []}\n', encoding="utf-8")
-    planned = ran(dvc("repro", "--dry"))
+    planned = ran(dvc("repro", "--dry", "summarize"))
     assert planned and all(s.endswith("@chengla") for s in planned), planned
-    assert ran(dvc("repro")) == {s for s in every if s.endswith("@chengla")}
+    assert ran(dvc("repro", "summarize")) == {s for s in every if s.endswith("@chengla")}
+
+
+def test_repo_declares_a_default_local_remote():
+    import configparser
+
+    cp = configparser.ConfigParser()
+    cp.read(REPO / ".dvc/config")
+    assert cp["core"]["remote"] == "local"
+    assert cp['\'remote "local"\'']["url"] == "../../qrewrite-dvc-remote"  # relative to .dvc/: next to the checkout
+
+
+@pytest.mark.slow
+def test_real_tenant_raw_excel_is_dvc_tracked_and_round_trips_through_a_local_remote(project, tmp_path):
+    """A tenant without demo_source: its raw Excel is `dvc add`ed (data/raw/acme.xlsx.dvc), ingest depends on
+    it, and `dvc push` / `dvc pull` through a local remote restore the exact bytes after the file is lost."""
+    if importlib.util.find_spec("dvc") is None:
+        pytest.skip("DVC IS NOT INSTALLED in this env (pip install dvc==3.67.1)")
+    root = project.root
+    project.keep_queries("fivedoctors", 20)
+    project.stage("build-excel")  # a real workbook to play the tenant's supplied file
+    shutil.move(root / "data/raw/fivedoctors.xlsx", root / "data/raw/acme.xlsx")
+    cfg = project.config
+    acme = dict(cfg["tenants"][0], name="acme", raw_excel="data/raw/acme.xlsx")
+    acme.pop("demo_source")
+    cfg["tenants"] = [acme]
+    project.set_config(cfg)
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+
+    def dvc(*args: str) -> str:
+        proc = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=root, capture_output=True, text=True,
+                              env=env, timeout=600)
+        assert proc.returncode == 0, f"dvc {' '.join(args)}:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+        return proc.stdout + proc.stderr
+
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    dvc("init", "-q")
+    dvc("remote", "add", "-d", "local", str(tmp_path / "remote"))
+    assert qrewrite("dvc-yaml", cwd=root).returncode == 0
+    stages = yaml.safe_load((root / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    assert "build_excel" not in stages and stages["ingest"]["foreach"]["acme"]["raw_excel"] == "data/raw/acme.xlsx"
+    dvc("add", "data/raw/acme.xlsx")
+    assert (root / "data/raw/acme.xlsx.dvc").is_file()
+    assert re.findall(r"Running stage '([\w@-]+)'", dvc("repro", "ingest@acme")) == ["ingest@acme"]
+    digest = hashlib.md5((root / "data/raw/acme.xlsx").read_bytes()).hexdigest()
+    assert digest in (root / "data/raw/acme.xlsx.dvc").read_text()
+    dvc("push")
+    (root / "data/raw/acme.xlsx").unlink()
+    shutil.rmtree(root / ".dvc/cache")
+    dvc("pull", "data/raw/acme.xlsx.dvc", "ingest@acme")  # the raw Excel and the stage's outputs (dvc.lock)
+    assert hashlib.md5((root / "data/raw/acme.xlsx").read_bytes()).hexdigest() == digest
+    assert "up to date" in dvc("status", "ingest@acme")

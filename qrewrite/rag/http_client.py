@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import os
+import math
 
 import httpx
 
 from ..errors import QrewriteError, ServiceUnavailable
 from ..retry import backoff_delay, retry_after_seconds
+from ..secret import from_env, redact
 
 RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
@@ -30,12 +31,12 @@ class HttpRag:
         self.tenant_id, self.kb_name = tenant_id, kb_name
         self.top_k, self.score_threshold = top_k, score_threshold
         headers = {}
+        self._token = None
         if http_cfg.get("api_key_env"):
-            token = os.environ.get(http_cfg["api_key_env"])
-            if not token:
-                raise QrewriteError(f"environment variable {http_cfg['api_key_env']} is not set",
-                                    hint="export it, or set rag.http.api_key_env: null")
+            token = from_env(http_cfg["api_key_env"], "rag.http.api_key_env", "rag.http.api_key_env names it",
+                             hint="export it, or set rag.http.api_key_env: null")
             headers["Authorization"] = f"Bearer {token}"
+            self._token = token
         self.client = httpx.AsyncClient(timeout=http_cfg["timeout_s"], headers=headers)
         self.sem = asyncio.Semaphore(concurrency)
         self.calls = 0
@@ -45,26 +46,34 @@ class HttpRag:
         return {f["query"]: query, f["rewritten_query"]: rewritten_query or "", f["tenant_id"]: self.tenant_id,
                 f["kb_name"]: self.kb_name, f["top_k"]: self.top_k, f["score_threshold"]: self.score_threshold}
 
-    def _parse(self, body) -> list[dict]:
+    def _parse(self, body, query: str) -> list[dict]:
         f = self.fields
+        where = f"RAG response from {self.url} for query {query[:60]!r}"
         recall = _dig(body, f["recall_path"])
         if not isinstance(recall, list):
             raise QrewriteError(
-                f"RAG response from {self.url} has no list at {f['recall_path']!r} "
+                f"{where} has no list at {f['recall_path']!r} "
                 f"(top-level keys: {sorted(body) if isinstance(body, dict) else type(body).__name__})",
                 hint="set rag.http.fields.recall_path to where the service puts its results")
         hits = []
         for i, item in enumerate(recall):
             if not isinstance(item, dict) or f["doc_id"] not in item or f["score"] not in item:
                 raise QrewriteError(
-                    f"RAG response from {self.url}: recall[{i}] lacks {f['doc_id']!r} or {f['score']!r}",
+                    f"{where}: recall[{i}] lacks {f['doc_id']!r} or {f['score']!r}",
                     hint="set rag.http.fields.doc_id / .score to the service's field names")
+            doc_id, raw = item[f["doc_id"]], item[f["score"]]
+            if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)) or str(doc_id) == "":
+                raise QrewriteError(f"{where}: recall[{i}].{f['doc_id']} is not a document id: {doc_id!r}"[:300],
+                                    hint="the service must return a string or integer id per recalled document")
             try:
-                score = float(item[f["score"]])
+                # A number or a numeric string; bools, NaN and infinities are not scores.
+                score = float(raw) if not isinstance(raw, bool) else math.nan
             except (TypeError, ValueError):
-                raise QrewriteError(f"RAG response from {self.url}: recall[{i}].{f['score']} is not a number: "
-                                    f"{item[f['score']]!r}") from None
-            hits.append({"doc_id": str(item[f["doc_id"]]), "content": str(item.get(f["content"], "")),
+                score = math.nan
+            if not math.isfinite(score):
+                raise QrewriteError(f"{where}: recall[{i}].{f['score']} is not a finite number: {raw!r}"[:300],
+                                    hint="rag.http.fields.score must name the service's numeric relevance score")
+            hits.append({"doc_id": str(doc_id), "content": str(item.get(f["content"], "")),
                          "reranker_score": score})
         hits.sort(key=lambda h: -h["reranker_score"])
         return hits
@@ -84,15 +93,16 @@ class HttpRag:
                         except ValueError:
                             last = "response body is not JSON"
                         else:
-                            return self._parse(body)
+                            return self._parse(body, rewritten_query or query)
                     elif resp.status_code in RETRY_STATUS:
                         last = f"HTTP {resp.status_code}"
                         retry_after = retry_after_seconds(resp.headers)
                     else:
                         raise QrewriteError(f"RAG service {self.url} answered HTTP {resp.status_code}: "
-                                            f"{resp.text[:200]}", hint="check rag.http settings and the request fields")
+                                            f"{redact(resp.text, self._token)[:200]}",
+                                            hint="check rag.http settings and the request fields")
                 except (httpx.TimeoutException, httpx.TransportError) as exc:
-                    last = f"{type(exc).__name__}: {exc}"
+                    last = redact(f"{type(exc).__name__}: {exc}", self._token)
                 if attempt + 1 < attempts:
                     await asyncio.sleep(backoff_delay(attempt, self.cfg["backoff_base_s"], 10.0, retry_after))
         raise ServiceUnavailable(

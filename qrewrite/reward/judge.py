@@ -29,6 +29,7 @@ from typing import Callable
 
 from ..errors import QrewriteError
 from ..retry import backoff_delay, retry_after_seconds
+from ..secret import from_env, redact
 from ..teacher.cache import DiskCache, call_key
 from ..text import normalize, tokenize
 
@@ -315,11 +316,10 @@ class OpenAIJudge:
         from openai import AsyncOpenAI
 
         key_env = ocfg["api_key_env"]
-        api_key = os.environ.get(key_env)
-        if not api_key:
-            raise QrewriteError(f"environment variable {key_env} is not set (reward.judge.provider is openai)",
-                                hint=f"export {key_env}=... or use reward.judge.provider: rule")
+        api_key = from_env(key_env, "reward.judge.openai.api_key_env", "reward.judge.provider is openai",
+                           hint=f"export {key_env}=... or use reward.judge.provider: rule")
         self.cfg = ocfg
+        self._api_key = api_key
         self.model = ocfg["model"]
         self.base_url = ocfg["base_url"] or "https://api.openai.com/v1"
         self.client = AsyncOpenAI(api_key=api_key, base_url=ocfg["base_url"], timeout=ocfg["timeout_s"],
@@ -355,11 +355,14 @@ class OpenAIJudge:
                 resp = await self.client.chat.completions.create(model=self.model, messages=messages,
                                                                  **self.params)
                 if isinstance(resp, str) or not getattr(resp, "choices", None):
-                    return "", None
-                msg = resp.choices[0].message
-                return (msg.content if msg else None) or "", None
+                    # A body that is not a completion (empty choices, a proxy's text page) is a service
+                    # glitch, not the judge's reply: retried and never cached as a verdict.
+                    last = "malformed response: no choices"
+                else:
+                    msg = resp.choices[0].message
+                    return (msg.content if msg else None) or "", None
             except transient as exc:
-                last = f"{type(exc).__name__}: {exc}"[:200]
+                last = redact(f"{type(exc).__name__}: {exc}", self._api_key)[:200]
                 retry_after = retry_after_seconds(getattr(getattr(exc, "response", None), "headers", None))
             except openai.APIStatusError as exc:
                 if exc.status_code in fatal:

@@ -303,6 +303,7 @@ class RewardScorer:
 # ------------------------------------------------------------------- shared by the framework adapters
 
 CONFIG_ENV = "QREWRITE_CONFIG"
+PROJECT_ROOT_ENV = "QREWRITE_PROJECT_ROOT"  # relative paths in the config are relative to it (default: its dir)
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _SCORERS: dict[tuple[str, str], RewardScorer] = {}
 _SCORERS_LOCK = threading.Lock()
@@ -319,12 +320,14 @@ def resolve_config_path(config_path: str | os.PathLike | None = None) -> Path:
 
 def load_reward_config(config_path: str | os.PathLike | None = None) -> dict:
     """Validated config with relative paths (tenants' kb.path, reward.cache_dir) made absolute
-    against the config file's directory: training workers (Ray actors, launchers) may run elsewhere."""
+    against ``$QREWRITE_PROJECT_ROOT``, else the config file's directory: training workers (Ray actors,
+    launchers) may run elsewhere."""
     from ..config import load_config
 
     path = resolve_config_path(config_path)
     cfg = load_config(path)
-    base = path.parent
+    # `qrewrite rl` passes the project root (where Snakemake/DVC run), as the resolved config lives in results/
+    base = Path(os.environ.get(PROJECT_ROOT_ENV) or path.parent)
 
     def rebase(p: str) -> str:
         return p if os.path.isabs(p) else str(base / p)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 
 import openai
@@ -11,6 +10,7 @@ from openai import AsyncOpenAI
 
 from ..errors import QrewriteError
 from ..retry import backoff_delay, retry_after_seconds
+from ..secret import from_env, redact
 
 # Errors worth retrying: the same request may succeed later.
 _TRANSIENT = (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError,
@@ -32,11 +32,10 @@ class OpenAITeacher:
 
     def __init__(self, ocfg: dict, prices: dict):
         key_env = ocfg["api_key_env"]
-        api_key = os.environ.get(key_env)
-        if not api_key:
-            raise QrewriteError(f"environment variable {key_env} is not set (teacher.provider is openai)",
-                                hint=f"export {key_env}=... or use teacher.provider: prf for the embedded teacher")
+        api_key = from_env(key_env, "teacher.openai.api_key_env", "teacher.provider is openai",
+                           hint=f"export {key_env}=... or use teacher.provider: prf for the embedded teacher")
         self.cfg = ocfg
+        self._api_key = api_key
         self.model = ocfg["model"]
         self.price = prices.get(self.model)
         self.base_url = ocfg["base_url"] or "https://api.openai.com/v1"
@@ -81,16 +80,18 @@ class OpenAITeacher:
                 if not exc.transient:
                     raise
             except _TRANSIENT as exc:
-                last = CallFailed(f"{type(exc).__name__}: {exc}"[:300], transient=True)
+                last = CallFailed(redact(f"{type(exc).__name__}: {exc}", self._api_key)[:300], transient=True)
                 retry_after = retry_after_seconds(getattr(getattr(exc, "response", None), "headers", None))
             except openai.APIStatusError as exc:
                 if exc.status_code in _FATAL_STATUS:
                     raise QrewriteError(f"teacher API {self.base_url} answered HTTP {exc.status_code}: "
                                         f"{_FATAL_STATUS[exc.status_code]}",
                                         hint="check teacher.openai.base_url, .model and the key's env var") from None
-                raise CallFailed(f"HTTP {exc.status_code}: {exc.message}"[:300], transient=False) from None
+                raise CallFailed(redact(f"HTTP {exc.status_code}: {exc.message}", self._api_key)[:300],
+                                 transient=False) from None
             except (openai.APIResponseValidationError, ValueError) as exc:
-                last = CallFailed(f"malformed response: {type(exc).__name__}: {exc}"[:300], transient=True)
+                last = CallFailed(redact(f"malformed response: {type(exc).__name__}: {exc}", self._api_key)[:300],
+                                  transient=True)
             if attempt + 1 < attempts:
                 await asyncio.sleep(backoff_delay(attempt, self.cfg["backoff_base_s"], self.cfg["backoff_max_s"],
                                                   retry_after))

@@ -44,11 +44,12 @@ async def run_teacher(cfg: dict, tenant: dict, queries: list[dict], *, progress:
     cache = DiskCache(cfg["teacher"]["cache_dir"])
     sem = asyncio.Semaphore(cfg["teacher"]["concurrency"])
     consecutive_transient = 0
+    transient_failures = 0
     new_calls: list[str] = []  # successful calls made in this run (not from cache)
     service_down = asyncio.Event()
 
     async def one(row: dict) -> dict:
-        nonlocal consecutive_transient
+        nonlocal consecutive_transient, transient_failures
         messages = rewrite_messages(tenant, row)
         key = call_key(teacher.provider, teacher.model, messages, teacher.params)
         base = {"id": row["id"], "provider": teacher.provider, "model": teacher.model,
@@ -63,6 +64,7 @@ async def run_teacher(cfg: dict, tenant: dict, queries: list[dict], *, progress:
                 out = await _call(teacher, messages, row)
             except CallFailed as exc:
                 if exc.transient:
+                    transient_failures += 1
                     consecutive_transient += 1
                     if consecutive_transient >= CIRCUIT_BREAKER:
                         service_down.set()
@@ -88,9 +90,13 @@ async def run_teacher(cfg: dict, tenant: dict, queries: list[dict], *, progress:
             t.cancel()
         if hasattr(teacher, "aclose"):
             await teacher.aclose()
-    if service_down.is_set():
+    # Down: a run of transient failures, or (fewer calls than the breaker) not one call got through.
+    # Failing here writes nothing, so Snakemake reruns the stage instead of keeping an all-error output.
+    if service_down.is_set() or (transient_failures and not new_calls):
+        what = (f"failed {CIRCUIT_BREAKER} calls in a row" if service_down.is_set()
+                else f"failed every call it was sent ({transient_failures})")
         raise ServiceUnavailable(
-            f"teacher API {getattr(teacher, 'base_url', teacher.provider)} failed {CIRCUIT_BREAKER} calls in a row "
+            f"teacher API {getattr(teacher, 'base_url', teacher.provider)} {what} "
             f"(last: {next(r['reason'] for r in results if r['status'] == 'error')})",
             hint="check the service and rerun: successful calls are cached and will not be repeated")
     order = {r["id"]: i for i, r in enumerate(queries)}

@@ -1,0 +1,193 @@
+"""Shared helpers for the benchmarks: machine facts, medians, result files, loopback servers.
+
+The servers are the TEST FAKES from tests/ (an OpenAI-compatible server with a fixed injected latency,
+and the real RAG app behind a wrapper that adds latency): benchmarks measure how close the pipeline
+gets to the bound the services it calls allow, so the services' own speed is pinned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+TESTS = REPO / "tests"
+RESULTS = REPO / "bench" / "results"
+BIN = Path(sys.executable).parent
+
+
+def machine() -> dict:
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu_count": os.cpu_count(), "cpu_model": model, "python": platform.python_version(),
+            "platform": platform.platform(), "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+            "note": "numbers taken on a machine shared with other jobs: compare ratios measured in the same run"}
+
+
+def median(xs: list[float]) -> float:
+    return round(statistics.median(xs), 4)
+
+
+def write_result(name: str, data: dict) -> Path:
+    from qrewrite.io_utils import write_json
+
+    path = RESULTS / f"{name}.json"
+    write_json(path, {"bench": name, "machine": machine(), "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **data})
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A loopback server subprocess, stopped on exit."""
+
+    def __init__(self, cmd: list[str], health_url: str, cwd: Path, log: Path, timeout: float = 60):
+        self.log = open(log, "w")
+        self.proc = subprocess.Popen(cmd, cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.time() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{cmd} exited: {Path(log).read_text()[-2000:]}")
+            try:
+                if httpx.get(health_url, timeout=2).status_code < 500:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.time() > deadline:
+                self.stop()
+                raise TimeoutError(f"{health_url} did not come up")
+            time.sleep(0.2)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+class Scripted:
+    """A fake server's script file and request log (see the fakes' docstrings)."""
+
+    def __init__(self, server: Server, url: str, state: Path):
+        self.server, self.url, self.state = server, url, state
+
+    def script(self, **behaviour) -> None:
+        (self.state / "script.json").write_text(json.dumps(behaviour))
+
+    def requests(self) -> list[dict]:
+        log = self.state / "requests.jsonl"
+        return [json.loads(l) for l in log.read_text().splitlines() if l.strip()] if log.exists() else []
+
+    def stop(self):
+        self.server.stop()
+
+
+def fake_openai(workdir: Path) -> Scripted:
+    state = workdir / "fake_openai"
+    state.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    srv = Server([sys.executable, str(TESTS / "fake_openai_server.py"), "--port", str(port), "--state", str(state)],
+                 f"http://127.0.0.1:{port}/health", workdir, workdir / "fake_openai.log")
+    return Scripted(srv, f"http://127.0.0.1:{port}/v1", state)
+
+
+def fault_rag(project: Path, workdir: Path) -> Scripted:
+    state = workdir / "fault_rag"
+    state.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    srv = Server([sys.executable, str(TESTS / "fault_rag_server.py"), "--config", "config.yaml", "--port", str(port),
+                  "--state", str(state)], f"http://127.0.0.1:{port}/healthz", project, workdir / "fault_rag.log")
+    return Scripted(srv, f"http://127.0.0.1:{port}", state)
+
+
+def scratch_project(root: Path) -> Path:
+    """A copy of the project's config and data to run stages or Snakemake in."""
+    shutil.copytree(REPO / "data" / "kb", root / "data" / "kb")
+    shutil.copytree(REPO / "data" / "demo", root / "data" / "demo")
+    shutil.copy(REPO / "config.yaml", root / "config.yaml")
+    return root
+
+
+def update_config(root: Path, **sections) -> None:
+    import yaml
+
+    path = root / "config.yaml"
+    cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
+    for key, value in sections.items():
+        cfg[key] = {**cfg.get(key, {}), **value} if isinstance(value, dict) else value
+    path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+
+
+def snakemake(root: Path, *args: str, env: dict | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:
+    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(root), "--configfile",
+           str(root / "config.yaml"), "--cores", "2", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **(env or {})})
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def qrewrite(root: Path, *args: str, env: dict | None = None) -> float:
+    """Run one `qrewrite` command in `root`; return its wall time."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "qrewrite", *args], cwd=root, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"qrewrite {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
+    return wall
+
+
+def config_for(root: Path, tenant: str = "fivedoctors") -> tuple[dict, dict]:
+    """The validated config of a scratch project with its relative paths made absolute (for in-process runs)."""
+    from qrewrite.config import load_config, tenant_config
+
+    cfg = load_config(root / "config.yaml")
+    for t in cfg["tenants"]:
+        t["kb"]["path"] = str(root / t["kb"]["path"])
+    return cfg, tenant_config(cfg, tenant)
+
+
+def synthetic_queries(n: int, tenant: str = "fivedoctors") -> list[dict]:
+    """n query rows with distinct question text, built from the demo source (each gets a " #i" suffix, so
+    no two rows share a RAG search and every row costs exactly its calls)."""
+    src = [json.loads(l) for l in (REPO / "data" / "demo" / f"{tenant}.queries.jsonl").read_text(
+        encoding="utf-8").splitlines() if l.strip()]
+    rows = []
+    for i in range(n):
+        s = src[i % len(src)]
+        q = f"{s['query']} #{i}"
+        rows.append({"id": f"q{i:05d}", "tenant": tenant, "row": i + 2, "query": q, "profile": s["profile"],
+                     "history": s["history"], "gold_doc_ids": s["gold_doc_ids"]})
+    return rows

@@ -1,0 +1,73 @@
+"""Bench 6: wall time of the embedded end-to-end run, per stage, from Snakemake's own benchmark files.
+
+Every rule writes benchmarks/{tenant}/{rule}.tsv; this runs Snakemake in a fresh scratch project
+(embedded defaults) --repeats times and reports, per rule and tenant, the median of the `s` column
+(plus CPU time and peak RSS). It takes every rule whose benchmark file exists after the run. The
+target defaults to the data half (`snakemake data`); --all runs the default target (every stage).
+
+    .venv/bin/python bench/e2e_stages.py [--repeats 3] [--all]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from common import median, scratch_project, snakemake, write_result
+
+
+def read_benchmarks(root: Path) -> dict[str, dict]:
+    out = {}
+    for tsv in sorted((root / "benchmarks").rglob("*.tsv")):
+        with open(tsv, newline="") as fh:
+            row = next(csv.DictReader(fh, delimiter="\t"))
+        name = str(tsv.relative_to(root / "benchmarks").with_suffix(""))  # e.g. fivedoctors/teacher
+
+        def num(key):
+            try:
+                return float(row[key])
+            except (KeyError, ValueError):
+                return None
+
+        out[name] = {"s": num("s"), "cpu_time_s": num("cpu_time"), "max_rss_mb": num("max_rss")}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--all", action="store_true", help="run the default target (every stage) instead of the data half")
+    args = ap.parse_args()
+    runs, walls = [], []
+    for _ in range(args.repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            root = scratch_project(Path(tmp) / "proj")
+            targets = [] if args.all else ["data"]
+            t0 = time.perf_counter()
+            snakemake(root, *targets)
+            walls.append(time.perf_counter() - t0)
+            runs.append(read_benchmarks(root))
+    per_rule = defaultdict(list)
+    for r in runs:
+        for name, v in r.items():
+            per_rule[name].append(v)
+    table = {name: {"s": median([v["s"] for v in vs if v["s"] is not None]),
+                    "cpu_time_s": median([v["cpu_time_s"] for v in vs if v["cpu_time_s"] is not None] or [0]),
+                    "max_rss_mb": median([v["max_rss_mb"] for v in vs if v["max_rss_mb"] is not None] or [0]),
+                    "runs": len(vs)} for name, vs in sorted(per_rule.items())}
+    result = {"what": "embedded end-to-end run in a scratch project (`snakemake --cores 2`), per rule from "
+                      "benchmarks/{tenant}/{rule}.tsv",
+              "targets": "default target (all stages)" if args.all else "`data` (the data half, both tenants)",
+              "repeats": args.repeats, "total_wall_s": median(walls), "total_walls_s": [round(w, 2) for w in walls],
+              "per_rule": table}
+    print(json.dumps(result, indent=1))
+    write_result("e2e_stages", result)
+
+
+if __name__ == "__main__":
+    main()

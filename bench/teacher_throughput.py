@@ -1,0 +1,109 @@
+"""Bench 1: teacher-stage throughput against the test OpenAI server with a fixed injected latency.
+
+For each concurrency C: N queries through `run_teacher` (the stage's core, in-process, cold cache),
+wall time as a ratio to the bound N*L/C (1.0 = the service's latency is the only cost), and as a
+speedup over a sequential one-request-at-a-time baseline measured in the same run (ideal: C). Also
+the stage as Snakemake runs it (`qrewrite teach`, a fresh process: imports and file I/O included).
+Medians over --repeats.
+
+    .venv/bin/python bench/teacher_throughput.py [--n 1000] [--latency 0.2] [--concurrency 10 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from common import (config_for, fake_openai, median, qrewrite, scratch_project, synthetic_queries, update_config,
+                    write_result)
+
+KEY = {"QR_BENCH_KEY": "sk-bench-not-a-real-key"}
+
+
+def run_stage(cfg: dict, tenant: dict, queries: list[dict], concurrency: int, cache_dir: Path) -> float:
+    from qrewrite.teacher.stage import run_teacher
+
+    cfg["teacher"]["concurrency"] = concurrency
+    cfg["teacher"]["cache_dir"] = str(cache_dir)
+    t0 = time.perf_counter()
+    rows, stats = asyncio.run(run_teacher(cfg, tenant, queries, progress=False))
+    wall = time.perf_counter() - t0
+    assert stats["new_calls"] == len(queries) and stats["failed_calls"] == 0, stats
+    return wall
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=1000)
+    ap.add_argument("--latency", type=float, default=0.2)
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[10, 50])
+    ap.add_argument("--seq-n", type=int, default=50, help="queries in the sequential baseline")
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    import os
+
+    os.environ.update(KEY)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        root = scratch_project(tmp / "proj")
+        server = fake_openai(tmp)
+        try:
+            server.script(latency_s=args.latency)
+            update_config(root, teacher={"provider": "openai", "openai": {
+                "base_url": server.url, "model": "bench", "api_key_env": "QR_BENCH_KEY", "backoff_base_s": 0.0}})
+            cfg, tenant = config_for(root)
+            queries = synthetic_queries(args.n)
+            run = 0
+
+            def fresh() -> Path:
+                nonlocal run
+                run += 1
+                return tmp / f"cache{run}"
+
+            seq_walls = [run_stage(cfg, tenant, queries[: args.seq_n], 1, fresh()) for _ in range(args.repeats)]
+            seq_qps = args.seq_n / median(seq_walls)
+            results = []
+            for c in args.concurrency:
+                walls = [run_stage(cfg, tenant, queries, c, fresh()) for _ in range(args.repeats)]
+                wall = median(walls)
+                bound = args.n * args.latency / c
+                qps = args.n / wall
+                results.append({"concurrency": c, "wall_s": wall, "walls_s": [round(w, 3) for w in walls],
+                                "bound_s": round(bound, 3), "ratio_to_bound": round(bound / wall, 3),
+                                "queries_per_s": round(qps, 2), "speedup_vs_sequential": round(qps / seq_qps, 2),
+                                "ideal_speedup": c})
+                print(json.dumps(results[-1]))
+            # The stage as a rule runs it: one `qrewrite teach` process, cold cache.
+            c = args.concurrency[0]
+            update_config(root, teacher={"concurrency": c})
+            (root / "data/raw").mkdir(parents=True, exist_ok=True)
+            from qrewrite.io_utils import write_jsonl
+
+            write_jsonl(root / "queries.jsonl", queries)
+            cli_walls = []
+            for i in range(args.repeats):
+                update_config(root, teacher={"cache_dir": f"cache/cli{i}"})
+                cli_walls.append(qrewrite(root, "teach", "--config", "config.yaml", "--tenant", "fivedoctors",
+                                          "--queries", "queries.jsonl", "--out", f"t{i}.jsonl", "--stats",
+                                          f"s{i}.json", "--no-progress"))
+            calls = len(server.requests())
+        finally:
+            server.stop()
+    bound = args.n * args.latency / c
+    cli = {"concurrency": c, "wall_s": median(cli_walls), "walls_s": [round(w, 3) for w in cli_walls],
+           "bound_s": round(bound, 3), "ratio_to_bound": round(bound / median(cli_walls), 3)}
+    print(json.dumps({"cli": cli}))
+    write_result("teacher_throughput", {
+        "what": "teacher stage (openai provider) against the test OpenAI server with injected latency L",
+        "n": args.n, "latency_s": args.latency, "repeats": args.repeats,
+        "sequential": {"n": args.seq_n, "walls_s": [round(w, 3) for w in seq_walls], "queries_per_s": round(seq_qps, 2),
+                       "per_query_s": round(1 / seq_qps, 4)},
+        "in_process": results, "cli": cli, "server_requests": calls, "target": "ratio_to_bound >= 0.9"})
+
+
+if __name__ == "__main__":
+    main()

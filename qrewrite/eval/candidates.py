@@ -1,0 +1,141 @@
+"""One candidate's rewrites of the eval rows (`results/T/eval/<candidate>.jsonl`).
+
+Kinds (config `eval.candidates[].kind`):
+
+* `raw`: the query itself, no rewrite (latency 0, cost 0);
+* `teacher`: the data half's teacher rows (results/T/teacher.jsonl): recorded rewrite, latency and cost;
+* `openai`: any OpenAI-compatible API, called now and cached under `eval.cache_dir` like the teacher
+  (same prompt), cost from `teacher.prices` (a model missing there costs null: unknown, not 0);
+* `model`: a local HF model folder, greedy decoding (`qrewrite.eval.generate`), cost charged at
+  `eval.gpu_hour_usd` per hour of generation time.
+
+A failed call is a row with `status: error`, never the query passed off as a rewrite; `qrewrite eval`
+scores it as an empty rewrite (nothing retrieved, judge 1) and counts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from ..errors import QrewriteError
+from ..io_utils import read_jsonl
+from ..paths import artifact_paths
+
+
+def eval_rows(test_path: str, queries_path: str, max_rows: int | None) -> list[dict]:
+    """The test split's queries in file order (first `max_rows`), joined with their queries.jsonl row."""
+    queries = {q["id"]: q for q in read_jsonl(queries_path)}
+    rows = []
+    for i, s in enumerate(read_jsonl(test_path), 1):
+        meta = s.get("meta") or {}
+        q = queries.get(meta.get("query_id"))
+        if q is None:
+            raise QrewriteError(f"query id {meta.get('query_id')!r} is not in {queries_path}", file=test_path, row=i,
+                                hint="the split and queries.jsonl come from different runs; rerun the data stages")
+        rows.append({"query_id": q["id"], "raw_row": q["row"], "query": q["query"], "profile": q["profile"],
+                     "history": q["history"], "gold_doc_ids": list(q.get("gold_doc_ids") or [])})
+        if max_rows is not None and len(rows) >= max_rows:
+            break
+    if not rows:
+        raise QrewriteError("the eval split has no rows", file=test_path,
+                            hint="the tenant needs more queries passing the filters, or lower thresholds.top1")
+    return rows
+
+
+def candidate_spec(cfg: dict, name: str) -> dict:
+    for c in cfg["eval"]["candidates"]:
+        if c["name"] == name:
+            return c
+    raise QrewriteError(f"no eval candidate named {name!r}",
+                        hint=f"candidates in config: {[c['name'] for c in cfg['eval']['candidates']]}")
+
+
+def model_path(spec: dict, tenant: dict) -> str:
+    """A model candidate's folder: an artifact key (base_model, sft_merged, rl_model) or a literal path."""
+    if spec.get("artifact"):
+        paths = artifact_paths(tenant)
+        if spec["artifact"] not in paths:
+            raise QrewriteError(f"eval candidate {spec['name']}: unknown artifact {spec['artifact']!r}",
+                                hint="use base_model, sft_merged or rl_model, or give `path:`")
+        return paths[spec["artifact"]]
+    return spec["path"].format(tenant=tenant["name"])
+
+
+def _base(spec: dict, row: dict) -> dict:
+    return {"query_id": row["query_id"], "candidate": spec["name"], "kind": spec["kind"]}
+
+
+def raw_rewrites(spec: dict, rows: list[dict]) -> list[dict]:
+    return [{**_base(spec, r), "status": "ok", "reason": None, "rewrite": r["query"], "model": None,
+             "latency_s": 0.0, "compute_s": 0.0, "cost_usd": 0.0, "usage": None} for r in rows]
+
+
+def teacher_rewrites(spec: dict, rows: list[dict], teacher_path: str) -> list[dict]:
+    teacher = {t["id"]: t for t in read_jsonl(teacher_path)}
+    out = []
+    for r in rows:
+        t = teacher.get(r["query_id"])
+        if t is None:
+            raise QrewriteError(f"no teacher row for query {r['query_id']}", file=teacher_path,
+                                hint="teacher.jsonl and the split come from different runs; rerun the data stages")
+        ok = t.get("status") == "ok"
+        out.append({**_base(spec, r), "status": t.get("status"), "reason": t.get("reason"),
+                    "rewrite": t.get("rewrite") if ok else None, "model": f"{t.get('provider')}/{t.get('model')}",
+                    "latency_s": t.get("latency_s"), "compute_s": None, "cost_usd": t.get("cost_usd"),
+                    "usage": t.get("usage"), "call_key": t.get("call_key")})
+    return out
+
+
+async def _api_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict]) -> list[dict]:
+    from ..prompts import rewrite_messages
+    from ..teacher.cache import DiskCache, call_key
+    from ..teacher.openai_teacher import CallFailed, OpenAITeacher
+
+    teacher = OpenAITeacher(spec["openai"], cfg["teacher"]["prices"])
+    cache = DiskCache(cfg["eval"]["cache_dir"])
+    sem = asyncio.Semaphore(spec.get("concurrency", 8))
+
+    async def one(r: dict) -> dict:
+        messages = rewrite_messages(tenant, r)
+        key = call_key("openai", teacher.model, messages, teacher.params)
+        base = {**_base(spec, r), "model": f"openai/{teacher.model}", "call_key": key, "compute_s": None}
+        hit = cache.get(key)
+        if hit is None:
+            async with sem:
+                try:
+                    hit = await teacher.rewrite(messages)
+                except CallFailed as exc:
+                    return {**base, "status": "error", "reason": exc.reason, "rewrite": None, "latency_s": None,
+                            "cost_usd": None, "usage": None}
+            hit["cost_usd"] = teacher.cost(hit["usage"])
+            cache.put(key, hit)  # the recorded latency travels with the cached reply
+        return {**base, "status": "ok", "reason": None, "rewrite": hit["rewrite"], "latency_s": hit["latency_s"],
+                "cost_usd": hit.get("cost_usd"), "usage": hit["usage"]}
+
+    try:
+        return list(await asyncio.gather(*(one(r) for r in rows)))
+    finally:
+        await teacher.aclose()
+
+
+def api_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict]) -> list[dict]:
+    return asyncio.run(_api_rewrites(spec, cfg, tenant, rows))
+
+
+def model_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], model_dir: str,
+                   threads: int | None) -> tuple[list[dict], dict]:
+    from .generate import generate_rewrites
+
+    gen = cfg["eval"]["generation"]
+    device = gen["device"] or cfg["train"]["device"]
+    results, info = generate_rewrites(model_dir, tenant, rows, batch_size=gen["batch_size"],
+                                      max_new_tokens=gen["max_new_tokens"], threads=threads or gen["threads"],
+                                      device=device)
+    price = spec.get("gpu_hour_usd", cfg["eval"]["gpu_hour_usd"])
+    out = []
+    for r, g in zip(rows, results):
+        out.append({**_base(spec, r), "status": "ok", "reason": None, "rewrite": g["rewrite"],
+                    "raw_completion": g["raw_completion"], "model": model_dir, "latency_s": g["latency_s"],
+                    "compute_s": g["compute_s"], "cost_usd": round(price * g["compute_s"] / 3600.0, 10),
+                    "usage": {"completion_tokens": g["new_tokens"]}})
+    return out, {**info, "gpu_hour_usd": price}

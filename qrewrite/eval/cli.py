@@ -1,0 +1,132 @@
+"""`qrewrite eval-rewrites`, `qrewrite eval`, `qrewrite report` (registered into `qrewrite` by qrewrite/cli.py)."""
+
+from __future__ import annotations
+
+import logging
+
+from ..errors import QrewriteError
+
+log = logging.getLogger("qrewrite.eval")
+
+
+def _cfg(args):
+    from ..config import load_config, tenant_config
+
+    cfg = load_config(args.config)
+    check_eval_config(cfg)
+    return cfg, (tenant_config(cfg, args.tenant) if getattr(args, "tenant", None) else None)
+
+
+def check_eval_config(cfg: dict) -> None:
+    """Cross-field checks of `eval:`: unique candidate names; baseline, compare and headline name candidates."""
+    ecfg = cfg["eval"]
+    names = [c["name"] for c in ecfg["candidates"]]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise QrewriteError(f"config key eval.candidates: names must be unique, repeated: {dupes}")
+    refs = [("eval.baseline", ecfg["baseline"])] + [("eval.headline", n) for n in ecfg["headline"]] + \
+           [("eval.compare", n) for pair in ecfg["compare"] for n in pair]
+    for key, name in refs:
+        if name not in names:
+            raise QrewriteError(f"config key {key}: {name!r} is not an eval candidate", hint=f"candidates: {names}")
+
+
+def cmd_eval_rewrites(args) -> None:
+    from ..io_utils import write_jsonl
+    from .candidates import (api_rewrites, candidate_spec, eval_rows, model_rewrites, raw_rewrites,
+                             teacher_rewrites)
+
+    cfg, tenant = _cfg(args)
+    spec = candidate_spec(cfg, args.candidate)
+    if spec["kind"] == "model":
+        from ..envs import ensure_env
+
+        ensure_env("swift", args.argv)  # transformers lives in the ms-swift env
+    rows = eval_rows(args.test, args.queries, cfg["eval"]["max_rows"])
+    kind = spec["kind"]
+    if kind == "raw":
+        out = raw_rewrites(spec, rows)
+    elif kind == "teacher":
+        if not args.teacher:
+            raise QrewriteError(f"candidate {spec['name']} (kind teacher) needs --teacher results/T/teacher.jsonl")
+        out = teacher_rewrites(spec, rows, args.teacher)
+    elif kind == "openai":
+        out = api_rewrites(spec, cfg, tenant, rows)
+    else:
+        if not args.model:
+            raise QrewriteError(f"candidate {spec['name']} (kind model) needs --model DIR")
+        out, info = model_rewrites(spec, cfg, tenant, rows, args.model, args.threads)
+        out = [{**r, "generation": info} for r in out]
+    write_jsonl(args.out, out)
+    errors = sum(1 for r in out if r["status"] != "ok")
+    log.info("eval-rewrites %s/%s: %d rows, %d errors -> %s", tenant["name"], spec["name"], len(out), errors, args.out)
+
+
+def cmd_eval(args) -> None:
+    from pathlib import Path
+
+    from ..io_utils import read_jsonl, write_json, write_jsonl
+    from .candidates import eval_rows
+    from .score import evaluate
+
+    cfg, tenant = _cfg(args)
+    rows = eval_rows(args.test, args.queries, cfg["eval"]["max_rows"])
+    rewrites, info = {}, {}
+    for path in args.rewrites:
+        rws = read_jsonl(path)
+        names = {r.get("candidate") for r in rws}
+        if len(names) != 1:
+            raise QrewriteError(f"expected the rows of one candidate, found {sorted(map(str, names))}", file=path)
+        name = names.pop()
+        rewrites[name] = rws
+        if rws and rws[0].get("generation"):
+            info[name] = rws[0]["generation"]
+    missing = [c["name"] for c in cfg["eval"]["candidates"] if c["name"] not in rewrites]
+    if missing:
+        raise QrewriteError(f"no rewrites given for candidates {missing}",
+                            hint="pass every candidate's results/T/eval/<candidate>.jsonl with --rewrites")
+    doc, examples, plots = evaluate(cfg, tenant, rows, rewrites, info)
+    write_json(args.out, doc)
+    write_jsonl(args.examples, examples)
+    write_json(args.plots, plots)
+    for name, h in doc["headline"].items():
+        log.info("eval %s %s: %s", tenant["name"], name, h)
+    log.info("wrote %s, %s, %s", args.out, args.examples, Path(args.plots))
+
+
+def cmd_report(args) -> None:
+    from ..report.build import build_report
+
+    cfg, _ = _cfg(args)
+    build_report(cfg, args.out)
+    log.info("wrote %s", args.out)
+
+
+def register(sub, common) -> None:
+    p = sub.add_parser("eval-rewrites", help="one eval candidate's rewrites of the test split (with latency, cost)")
+    common(p)
+    p.add_argument("--candidate", required=True, help="eval.candidates[].name")
+    p.add_argument("--test", required=True, help="the SFT split evaluated on (results/T/sft/test.jsonl)")
+    p.add_argument("--queries", required=True, help="results/T/queries.jsonl (query, profile, history)")
+    p.add_argument("--teacher", help="results/T/teacher.jsonl (kind teacher)")
+    p.add_argument("--model", help="HF model folder (kind model)")
+    p.add_argument("--threads", type=int, help="CPU threads for generation")
+    p.add_argument("--out", required=True, help="results/T/eval/<candidate>.jsonl")
+    p.set_defaults(func=cmd_eval_rewrites)
+
+    p = sub.add_parser("eval", help="score every candidate: retrieval vs gold, reranker, judge, win/tie/loss, "
+                       "latency, cost, paired intervals → eval.json, examples.jsonl, plots.json")
+    common(p)
+    p.add_argument("--test", required=True)
+    p.add_argument("--queries", required=True)
+    p.add_argument("--rewrites", required=True, nargs="+", help="every candidate's eval-rewrites output")
+    p.add_argument("--out", required=True, help="reports/T/eval.json")
+    p.add_argument("--examples", required=True, help="reports/T/examples.jsonl")
+    p.add_argument("--plots", required=True, help="reports/T/plots.json")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("report", help="reports/index.html: self-contained offline report over every tenant "
+                       "(eval tables, metric bars with intervals, reward curves, data funnel)")
+    common(p, tenant=False)
+    p.add_argument("--out", required=True, help="reports/index.html")
+    p.set_defaults(func=cmd_report)

@@ -1,0 +1,202 @@
+"""Score every candidate's rewrites on the same queries → eval.json, examples.jsonl, plots.json.
+
+Per query and candidate: the rewrite goes through the tenant's RAG provider (`rag:` in config, the same
+service the data half validated against) → Hit@1 / Hit@5 / reciprocal rank of the first gold document,
+top1 reranker score, mean top3, quality q = 0.6·top1 + 0.4·mean top3; the reward's judge (same provider
+and model as the RL reward) on a sampled share of queries, the same queries for every candidate (sampled
+by query id) so judge scores pair up; win / tie / loss against the baseline (q higher / within
+reward.epsilon / lower, as in the RL win term). Latency p50 / p95 and cost per 1000 rewrites come from
+the rewrite rows. Paired comparisons are listed in `eval.compare`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ..errors import QrewriteError
+from ..metrics import gold_rank, mean_top3, retrieval_quality, top1
+from ..rag.providers import make_rag
+from ..reward import reward_settings
+from ..reward.formula import win
+from ..reward.judge import judge_sampled, make_judge
+from ..reward.scorer import kb_doc_share
+from . import stats
+
+log = logging.getLogger(__name__)
+
+METRICS = ("hit_at_1", "hit_at_5", "mrr", "top1", "mean_top3", "quality", "judge")
+COMPARE_METRICS = ("hit_at_1", "mrr", "quality", "judge")
+JUDGE_SALT = "eval"  # judge_sampled(query_id, JUDGE_SALT, share): a per-query draw, same for every candidate
+
+
+async def _score_candidate(rag, judge, rows: list[dict], rewrites: dict[str, dict], share: float) -> list[dict]:
+    async def one(row: dict) -> dict:
+        rw = rewrites[row["query_id"]]
+        text = (rw.get("rewrite") or "").strip() if rw.get("status") == "ok" else ""
+        hits = await rag.search(row["query"], text) if text else []
+        rank = gold_rank(hits, row["gold_doc_ids"]) if row["gold_doc_ids"] else None
+        has_gold = bool(row["gold_doc_ids"])
+        verdict = None
+        if judge_sampled(row["query_id"], JUDGE_SALT, share):
+            verdict = await judge.judge(row["query"], row["profile"], row["history"], text)
+        return {
+            "query_id": row["query_id"], "rewrite": text, "status": rw.get("status"),
+            "hits": [h["doc_id"] for h in hits], "gold_rank": rank,
+            "hit_at_1": (1.0 if rank == 1 else 0.0) if has_gold else None,
+            "hit_at_5": (1.0 if rank is not None and rank <= 5 else 0.0) if has_gold else None,
+            "mrr": (1.0 / rank if rank else 0.0) if has_gold else None,
+            "top1": round(top1(hits), 6), "mean_top3": round(mean_top3(hits), 6),
+            "quality": round(retrieval_quality(hits), 6),
+            "judge": verdict.score if verdict is not None and verdict.ok else None,
+            "judge_reason": verdict.reason if verdict is not None else None,
+            "judge_failed": verdict is not None and not verdict.ok,
+            "latency_s": rw.get("latency_s"), "compute_s": rw.get("compute_s"), "cost_usd": rw.get("cost_usd"),
+        }
+
+    return list(await asyncio.gather(*(one(r) for r in rows)))
+
+
+def _cost_per_1k(rewrites: list[dict], kind: str) -> tuple[float | None, str]:
+    if kind == "raw":
+        return 0.0, "no rewrite call"
+    costs = [r.get("cost_usd") for r in rewrites if r.get("status") == "ok"]
+    basis = {"model": "eval.gpu_hour_usd x generation time", "openai": "teacher.prices x tokens",
+             "teacher": "teacher rows (teacher.prices x tokens; 0 for the embedded prf teacher)"}[kind]
+    if not costs or any(c is None for c in costs):
+        return None, basis + " (unknown: a price is missing)"
+    return round(1000.0 * sum(costs) / len(costs), 6), basis
+
+
+async def _score_all(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[str, list[dict]]) -> dict:
+    settings = reward_settings(cfg)
+    rag = make_rag(cfg, tenant)
+    judge = make_judge(settings, tenant["language"], kb_doc_share(tenant), settings["cache_dir"])
+    share = cfg["eval"]["judge_sample_share"]
+    try:
+        out = {}
+        for name, rws in rewrites.items():
+            by_id = {r["query_id"]: r for r in rws}
+            missing = [r["query_id"] for r in rows if r["query_id"] not in by_id]
+            if missing:
+                raise QrewriteError(f"candidate {name} has no rewrite for {len(missing)} eval queries "
+                                    f"(first: {missing[0]})", hint="rerun its eval-rewrites step")
+            out[name] = await _score_candidate(rag, judge, rows, by_id, share)
+        judge_stats = judge.stats() if hasattr(judge, "stats") else {}
+        return {"scored": out, "judge_stats": judge_stats, "judge_model": getattr(judge, "model", None),
+                "judge_provider": getattr(judge, "provider", None)}
+    finally:
+        await rag.aclose()
+        await judge.aclose()
+
+
+def evaluate(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[str, list[dict]],
+             info: dict[str, dict] | None = None) -> tuple[dict, list[dict], list[dict]]:
+    """(eval.json document, examples rows, plots rows) for `rewrites` = {candidate: rewrite rows}."""
+    ecfg = cfg["eval"]
+    kinds = {c["name"]: c["kind"] for c in ecfg["candidates"]}
+    unknown = sorted(set(rewrites) - set(kinds))
+    if unknown:
+        raise QrewriteError(f"rewrites given for candidates not in eval.candidates: {unknown}")
+    baseline = ecfg["baseline"]
+    if baseline not in rewrites:
+        raise QrewriteError(f"eval.baseline {baseline!r} is not among the evaluated candidates {sorted(rewrites)}",
+                            hint="set eval.baseline to a candidate name (default: teacher)")
+    if cfg["rag"]["top_k"] < 5:
+        raise QrewriteError(f"rag.top_k is {cfg['rag']['top_k']}: Hit@5 needs at least 5 retrieved documents",
+                            hint="set rag.top_k: 5 or more")
+    res = asyncio.run(_score_all(cfg, tenant, rows, rewrites))
+    scored = res["scored"]
+    boot = ecfg["bootstrap"]
+    bkw = dict(samples=boot["samples"], seed=boot["seed"], confidence=boot["confidence"])
+    eps = reward_settings(cfg)["epsilon"]
+    base_q = [s["quality"] for s in scored[baseline]]
+
+    candidates = {}
+    for name, per in scored.items():
+        rws = rewrites[name]
+        outcomes = [win(s["quality"], bq, eps) for s, bq in zip(per, base_q)]
+        n = len(per)
+        cost, basis = _cost_per_1k(rws, kinds[name])
+        candidates[name] = {
+            "kind": kinds[name],
+            "model": next((r.get("model") for r in rws if r.get("model")), None),
+            "n": n,
+            "errors": sum(1 for r in rws if r.get("status") != "ok"),
+            **{m: stats.mean_ci([s[m] for s in per], **bkw) for m in METRICS},
+            "judge_failures": sum(1 for s in per if s["judge_failed"]),
+            f"vs_{baseline}": {"win": outcomes.count(1), "tie": outcomes.count(0), "loss": outcomes.count(-1),
+                               "win_rate": round(outcomes.count(1) / n, 6),
+                               "loss_rate": round(outcomes.count(-1) / n, 6)},
+            "latency_s": {"p50": stats.percentile([s["latency_s"] for s in per], 50),
+                          "p95": stats.percentile([s["latency_s"] for s in per], 95),
+                          "n": sum(1 for s in per if s["latency_s"] is not None)},
+            "cost_per_1k_usd": cost, "cost_basis": basis,
+            **({"generation": info[name]} if info and name in info else {}),
+        }
+
+    comparisons = {}
+    for a, b in ecfg["compare"]:
+        if a not in scored or b not in scored:
+            continue
+        comparisons[f"{a}_vs_{b}"] = {m: stats.paired([s[m] for s in scored[a]], [s[m] for s in scored[b]], **bkw)
+                                      for m in COMPARE_METRICS}
+
+    headline = {}
+    for name in ecfg["headline"]:
+        if name in candidates:
+            c = candidates[name]
+            headline[name] = {"judge": c["judge"]["mean"], "hit_at_1": c["hit_at_1"]["mean"],
+                              "top1": c["top1"]["mean"], "latency_p50_s": c["latency_s"]["p50"],
+                              "latency_p95_s": c["latency_s"]["p95"], "cost_per_1k_usd": c["cost_per_1k_usd"]}
+
+    doc = {
+        "tenant": tenant["name"], "split": ecfg["split"], "n_queries": len(rows),
+        "n_with_gold": sum(1 for r in rows if r["gold_doc_ids"]),
+        "baseline": baseline,
+        "rag": {"provider": cfg["rag"]["provider"], "top_k": cfg["rag"]["top_k"]},
+        "judge": {"provider": res["judge_provider"], "model": res["judge_model"],
+                  "sample_share": ecfg["judge_sample_share"],
+                  "judged_queries": sum(1 for r in rows if judge_sampled(r["query_id"], JUDGE_SALT,
+                                                                         ecfg["judge_sample_share"])),
+                  **res["judge_stats"]},
+        "bootstrap": boot,
+        "headline": headline,
+        "candidates": candidates,
+        "comparisons": comparisons,
+    }
+    return doc, _examples(cfg, rows, scored, rewrites), _plot_rows(candidates, baseline)
+
+
+def _examples(cfg: dict, rows: list[dict], scored: dict, rewrites: dict) -> list[dict]:
+    """Biggest wins and losses of each compared pair by retrieval quality, every candidate side by side."""
+    k = cfg["eval"]["examples"]
+    out = []
+    for a, b in cfg["eval"]["compare"]:
+        if a not in scored or b not in scored:
+            continue
+        deltas = [(sa["quality"] - sb["quality"], i) for i, (sa, sb) in enumerate(zip(scored[a], scored[b]))]
+        wins = sorted((d for d in deltas if d[0] > 0), key=lambda d: (-d[0], d[1]))[:k]
+        losses = sorted((d for d in deltas if d[0] < 0), key=lambda d: (d[0], d[1]))[:k]
+        for kind, picked in (("win", wins), ("loss", losses)):
+            for delta, i in picked:
+                row = rows[i]
+                out.append({
+                    "pair": f"{a}_vs_{b}", "a": a, "b": b, "outcome": kind, "delta_quality": round(delta, 6),
+                    "query_id": row["query_id"], "raw_row": row["raw_row"], "query": row["query"],
+                    "profile": row["profile"], "history": row["history"], "gold_doc_ids": row["gold_doc_ids"],
+                    "candidates": {n: {"rewrite": s[i]["rewrite"], "gold_rank": s[i]["gold_rank"],
+                                       "top1": s[i]["top1"], "quality": s[i]["quality"], "judge": s[i]["judge"],
+                                       "hits": s[i]["hits"][:3]} for n, s in scored.items()},
+                })
+    return out
+
+
+def _plot_rows(candidates: dict, baseline: str) -> list[dict]:
+    """One flat record per candidate (DVC plots: bar charts across candidates)."""
+    rows = []
+    for name, c in candidates.items():
+        rows.append({"candidate": name, **{m: c[m]["mean"] for m in METRICS},
+                     "win_rate": c[f"vs_{baseline}"]["win_rate"], "latency_p50_s": c["latency_s"]["p50"],
+                     "cost_per_1k_usd": c["cost_per_1k_usd"]})
+    return rows

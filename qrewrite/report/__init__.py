@@ -1,0 +1,1 @@
+"""Self-contained offline HTML report over every tenant (qrewrite.report.build)."""

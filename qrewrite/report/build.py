@@ -1,0 +1,290 @@
+"""reports/index.html: one self-contained page over every tenant (inline CSS and SVG; no scripts, fonts or
+images fetched, so it opens offline and can be mailed as one file).
+
+Per tenant: the headline (judge, retrieval top-1, latency, cost), the candidate table with bootstrap
+intervals, metric bars with interval whiskers, paired comparisons, training curves read from the
+TensorBoard logs (SFT loss, RL reward and win rate), the data funnel from summary.json, the biggest wins
+and losses side by side, and each model's lineage (code version, run, hash).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from html import escape
+from pathlib import Path
+
+from ..errors import QrewriteError
+from ..io_utils import read_json, read_jsonl, write_text_atomic
+from ..paths import eval_paths, tenant_paths
+from . import svg
+from .tensorboard import read_scalars
+
+METRIC_LABELS = {"hit_at_1": "Hit@1", "hit_at_5": "Hit@5", "mrr": "MRR", "top1": "top1 reranker",
+                 "mean_top3": "mean top3", "quality": "quality q", "judge": "judge (1–5)"}
+BAR_METRICS = ("hit_at_1", "hit_at_5", "mrr", "top1", "quality", "judge")
+SFT_TAGS = ("train/loss", "eval/loss")
+RL_REWARD_TAGS = ("qrewrite/reward_mean", "qrewrite/retrieval_term", "qrewrite/judge_term", "qrewrite/win_term")
+RL_RATE_TAGS = ("qrewrite/win_rate", "qrewrite/tie_rate", "qrewrite/loss_rate")
+MODEL_KEYS = ("sft_model", "sft_merged", "rl_model")
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI","Noto Sans","Noto Sans CJK SC","PingFang SC",sans-serif;
+margin:0;color:#1d1d1f;background:#fafafa;font-size:14px;line-height:1.45}
+header{background:#22313f;color:#fff;padding:18px 28px}header h1{margin:0 0 4px;font-size:22px}
+header .meta{color:#c9d3dc;font-size:12px}nav{padding:8px 28px;background:#eef1f4;border-bottom:1px solid #dde}
+nav a{margin-right:16px;color:#22313f;font-weight:600;text-decoration:none}
+main{padding:8px 28px 40px;max-width:1280px}section{background:#fff;border:1px solid #e3e6ea;border-radius:8px;
+padding:14px 18px;margin:18px 0}h2{margin:4px 0 10px;font-size:19px}h3{margin:16px 0 6px;font-size:15px;color:#34495e}
+table{border-collapse:collapse;margin:6px 0 10px;font-size:13px}th,td{border-bottom:1px solid #e6e6e6;
+padding:4px 9px;text-align:right;vertical-align:top}th{background:#f3f5f7;font-weight:600}
+td.l,th.l{text-align:left}.ci{color:#888;font-size:11px;white-space:nowrap}.sig{font-weight:700}.pos{color:#1e8449}.neg{color:#c0392b}
+.grid{display:flex;flex-wrap:wrap;gap:10px 18px}.note{color:#666;font-size:12px;margin:4px 0}
+.ex td{text-align:left;max-width:260px}.ctx{color:#888;font-size:11px}.ex .q{font-weight:600}code{background:#f1f1f1;padding:1px 4px;border-radius:3px}
+details{margin:6px 0}summary{cursor:pointer;font-weight:600;color:#34495e}
+"""
+
+
+def _fmt(v, digits: int = 3) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return escape(str(v))
+
+
+def _ci_cell(m: dict, digits: int = 3) -> str:
+    if m.get("mean") is None:
+        return "<td>–</td>"
+    return (f"<td>{_fmt(m['mean'], digits)}<br><span class=ci>[{_fmt(m['ci_low'], digits)}, "
+            f"{_fmt(m['ci_high'], digits)}]</span></td>")
+
+
+def _money(v) -> str:
+    return "unknown" if v is None else f"${v:.4f}" if v < 1 else f"${v:.2f}"
+
+
+def _latency(v) -> str:
+    return "–" if v is None else f"{v * 1000:.1f} ms" if v < 1 else f"{v:.2f} s"
+
+
+def _colors(names: list[str]) -> dict[str, str]:
+    return {n: svg.PALETTE[i % len(svg.PALETTE)] for i, n in enumerate(names)}
+
+
+def headline_table(evals: dict[str, dict]) -> str:
+    rows = []
+    for tenant, doc in evals.items():
+        for name, h in doc["headline"].items():
+            rows.append(f"<tr><td class=l>{escape(tenant)}</td><td class=l>{escape(name)}</td>"
+                        f"<td>{_fmt(h['judge'], 2)}</td><td>{_fmt(h['hit_at_1'])}</td><td>{_fmt(h['top1'])}</td>"
+                        f"<td>{_latency(h['latency_p50_s'])}</td><td>{_latency(h['latency_p95_s'])}</td>"
+                        f"<td>{_money(h['cost_per_1k_usd'])}</td></tr>")
+    return ("<table><tr><th class=l>tenant</th><th class=l>candidate</th><th>judge (1–5)</th><th>Hit@1</th>"
+            "<th>top1 reranker</th><th>latency p50</th><th>latency p95</th><th>cost / 1000 rewrites</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+def claims_table(evals: dict[str, dict]) -> str:
+    """The paired comparisons behind the headline ("RL beats SFT"), one row per tenant and pair."""
+    rows = []
+    for tenant, doc in evals.items():
+        for pair, metrics in doc["comparisons"].items():
+            if not pair.startswith(("rl_", "sft_")):
+                continue
+            cells = []
+            for m in ("judge", "hit_at_1", "quality"):
+                r = metrics.get(m) or {}
+                if r.get("diff") is None:
+                    cells.append("<td>–</td>")
+                    continue
+                sig = r["ci_low"] > 0 or r["ci_high"] < 0
+                cls = ("pos" if r["diff"] > 0 else "neg" if r["diff"] < 0 else "") + (" sig" if sig else "")
+                cells.append(f"<td class='{cls}'>{r['diff']:+.3f} <span class=ci>[{r['ci_low']:+.3f}, "
+                             f"{r['ci_high']:+.3f}] p={_fmt(r['p_value'], 3)}</span></td>")
+            rows.append(f"<tr><td class=l>{escape(tenant)}</td><td class=l>{escape(pair.replace('_vs_', ' − '))}"
+                        f"</td>{''.join(cells)}</tr>")
+    if not rows:
+        return ""
+    return ("<table><tr><th class=l>tenant</th><th class=l>A − B</th><th>judge</th><th>Hit@1</th><th>quality q</th>"
+            "</tr>" + "".join(rows) + "</table><p class=note>Mean paired difference with its bootstrap interval "
+            "and sign-flip p-value; bold where the interval excludes 0.</p>")
+
+
+def candidate_table(doc: dict) -> str:
+    base = doc["baseline"]
+    head = ("<tr><th class=l>candidate</th><th class=l>model</th>"
+            + "".join(f"<th>{METRIC_LABELS[m]}</th>" for m in METRIC_LABELS)
+            + f"<th>win / tie / loss<br>vs {escape(base)}</th><th>latency p50 / p95</th><th>cost / 1k</th>"
+              "<th>errors</th></tr>")
+    rows = []
+    for name, c in doc["candidates"].items():
+        wtl = c[f"vs_{base}"]
+        rows.append(f"<tr><td class=l><b>{escape(name)}</b><br><span class=ci>{escape(c['kind'])}</span></td>"
+                    f"<td class=l><span class=ci>{escape(str(c.get('model') or '–'))}</span></td>"
+                    + "".join(_ci_cell(c[m], 2 if m == "judge" else 3) for m in METRIC_LABELS)
+                    + f"<td>{wtl['win']} / {wtl['tie']} / {wtl['loss']}</td>"
+                      f"<td>{_latency(c['latency_s']['p50'])}<br><span class=ci>{_latency(c['latency_s']['p95'])}"
+                      f"</span></td><td title=\"{escape(c['cost_basis'])}\">{_money(c['cost_per_1k_usd'])}</td>"
+                      f"<td>{c['errors']}</td></tr>")
+    return "<table>" + head + "".join(rows) + "</table>"
+
+
+def comparison_table(doc: dict) -> str:
+    rows = []
+    for pair, metrics in doc["comparisons"].items():
+        for m, r in metrics.items():
+            if r["diff"] is None:
+                continue
+            sig = r["ci_low"] > 0 or r["ci_high"] < 0
+            cls = ("pos" if r["diff"] > 0 else "neg" if r["diff"] < 0 else "") + (" sig" if sig else "")
+            rows.append(f"<tr><td class=l>{escape(pair.replace('_vs_', ' vs '))}</td><td class=l>{METRIC_LABELS[m]}</td>"
+                        f"<td class='{cls}'>{r['diff']:+.3f}</td><td>[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]</td>"
+                        f"<td>{_fmt(r['p_value'])}</td><td>{r['n']}</td><td>{r['a_better']} / {r['b_better']}</td></tr>")
+    conf = doc["bootstrap"]["confidence"]
+    return (f"<table><tr><th class=l>A vs B</th><th class=l>metric</th><th>mean A − B</th><th>{conf:.0%} bootstrap CI"
+            "</th><th>p (sign-flip)</th><th>n</th><th>A better / B better</th></tr>" + "".join(rows) + "</table>"
+            "<p class=note>Bold: the interval excludes 0. Paired over the same queries; intervals resample queries "
+            f"({doc['bootstrap']['samples']} draws, seed {doc['bootstrap']['seed']}).</p>")
+
+
+def metric_bars(doc: dict) -> str:
+    names = list(doc["candidates"])
+    colors = _colors(names)
+    charts = []
+    for m in BAR_METRICS:
+        items = [{"label": n, **doc["candidates"][n][m], "color": colors[n]} for n in names]
+        lo, hi = (1.0, 5.0) if m == "judge" else (0.0, 1.0)
+        charts.append(svg.bars_ci(METRIC_LABELS[m], items, lo=lo, hi=hi, digits=2 if m == "judge" else 3))
+    wtl = doc["baseline"]
+    items = [{"label": n, "mean": doc["candidates"][n][f"vs_{wtl}"]["win_rate"], "color": colors[n]} for n in names]
+    charts.append(svg.bars_ci(f"win rate vs {wtl}", items, lo=0.0, hi=1.0))
+    return "<div class=grid>" + "".join(charts) + "</div>"
+
+
+def curves(tenant: str) -> str:
+    p = tenant_paths(tenant)
+    parts = []
+    for label, key, groups in (("SFT", "tb_sft", [("loss", SFT_TAGS)]),
+                               ("RL", "tb_rl", [("reward", RL_REWARD_TAGS), ("rate vs teacher", RL_RATE_TAGS)])):
+        d = Path(p[key])
+        if not d.is_dir():
+            parts.append(f"<p class=note>{label}: no TensorBoard logs at <code>{escape(str(d))}</code>.</p>")
+            continue
+        scalars = read_scalars(d)
+        for ylabel, tags in groups:
+            series = [{"name": t, "points": scalars.get(t, [])} for t in tags]
+            parts.append(svg.lines(f"{label} {ylabel} ({d})", series, y_label=ylabel))
+    return "<div class=grid>" + "".join(parts) + "</div>"
+
+
+def funnel_block(summary: dict) -> str:
+    stages = summary.get("funnel") or []
+    chart = svg.funnel("data funnel (rows in → out per stage)", stages)
+    drops = []
+    for stage, reasons in (summary.get("dropped") or {}).items():
+        for reason, n in reasons.items():
+            if n:
+                drops.append(f"{escape(stage)}: {escape(reason)} {n}")
+    r = (summary.get("retrieval") or {}).get("hit_at_1") or {}
+    t = summary.get("teacher") or {}
+    note = (f"<p class=note>Dropped: {'; '.join(drops) or 'none'}. Teacher {escape(str(t.get('provider')))}/"
+            f"{escape(str(t.get('model')))}: {t.get('tokens')} tokens, cost {_money(t.get('cost_usd'))}. "
+            f"Hit@1 over all {r.get('n')} queries: raw {_fmt(r.get('original'))} → teacher rewrite "
+            f"{_fmt(r.get('rewrite'))}. Splits: {escape(json.dumps(summary.get('splits')))}.</p>")
+    return chart + note
+
+
+def examples_block(examples: list[dict], order: list[str]) -> str:
+    by_pair: dict[str, list[dict]] = {}
+    for e in examples:
+        by_pair.setdefault(e["pair"], []).append(e)
+    out = []
+    for i, (pair, rows) in enumerate(by_pair.items()):
+        body = []
+        for e in rows:
+            cells = "".join(
+                f"<td>{escape(e['candidates'][n]['rewrite'] or '∅')}<br><span class=ctx>gold rank "
+                f"{e['candidates'][n]['gold_rank'] or '–'}, q {e['candidates'][n]['quality']:.2f}, judge "
+                f"{_fmt(e['candidates'][n]['judge'], 1)}</span></td>" for n in order if n in e["candidates"])
+            ctx = " · ".join(x for x in (e["profile"], e["history"]) if x)
+            body.append(f"<tr><td class='{'pos' if e['outcome'] == 'win' else 'neg'}'>{e['outcome']} "
+                        f"{e['delta_quality']:+.2f}</td><td><span class=q>{escape(e['query'])}</span><br>"
+                        f"<span class=ctx>{escape(ctx)} · gold {escape(', '.join(e['gold_doc_ids']))} · Excel row "
+                        f"{e['raw_row']}</span></td>{cells}</tr>")
+        head = "<tr><th>Δq</th><th>query (context)</th>" + "".join(f"<th>{escape(n)}</th>" for n in order) + "</tr>"
+        out.append(f"<details{' open' if i == 0 else ''}><summary>{escape(pair.replace('_vs_', ' vs '))}: "
+                   f"{sum(e['outcome'] == 'win' for e in rows)} biggest wins, {sum(e['outcome'] == 'loss' for e in rows)}"
+                   f" biggest losses</summary><table class=ex>{head}{''.join(body)}</table></details>")
+    return "".join(out) or "<p class=note>No wins or losses to show.</p>"
+
+
+def lineage_block(tenant: str) -> str:
+    rows = []
+    for key in MODEL_KEYS:
+        d = Path(tenant_paths(tenant)[key])
+        lin = d / "lineage.json"
+        if not lin.is_file():
+            rows.append(f"<tr><td class=l>{escape(str(d))}</td><td class=l colspan=4>no lineage.json</td></tr>")
+            continue
+        doc = read_json(lin)
+        code, run = doc.get("code") or {}, doc.get("run") or {}
+        commit = (code.get("git_commit") or "unknown")[:12] + (" (dirty)" if code.get("dirty") else "")
+        rows.append(f"<tr><td class=l><code>{escape(str(d))}</code></td><td class=l>{escape(doc['model']['rule'])}</td>"
+                    f"<td class=l><code>{escape(doc['model']['sha256'][:16])}</code></td><td class=l>{escape(commit)}</td>"
+                    f"<td class=l>{escape(str(run.get('started')))} ({run.get('duration_s')} s, "
+                    f"{escape(str(run.get('host')))}{', Slurm ' + escape(str(run['slurm_job_id'])) if run.get('slurm_job_id') else ''})"
+                    f"</td></tr>")
+    return ("<table><tr><th class=l>model</th><th class=l>rule</th><th class=l>sha256</th><th class=l>code</th>"
+            "<th class=l>run</th></tr>" + "".join(rows) + "</table><p class=note>Check any model with "
+            "<code>qrewrite lineage verify &lt;model dir&gt;</code>; <code>qrewrite lineage show</code> prints the chain "
+            "back to the raw Excel.</p>")
+
+
+def tenant_section(tenant: str, doc: dict, examples: list[dict], summary: dict) -> str:
+    j = doc["judge"]
+    return (f"<section id='{escape(tenant)}'><h2>{escape(tenant)}</h2>"
+            f"<p class=note>{doc['n_queries']} queries of the {escape(doc['split'])} split ({doc['n_with_gold']} with "
+            f"gold documents); RAG {escape(doc['rag']['provider'])} top-{doc['rag']['top_k']}; judge "
+            f"{escape(str(j['provider']))}/{escape(str(j['model']))} on {j['judged_queries']} sampled queries "
+            f"(share {j['sample_share']}); baseline {escape(doc['baseline'])}.</p>"
+            f"<h3>Candidates</h3>{candidate_table(doc)}"
+            f"<h3>Metrics with {doc['bootstrap']['confidence']:.0%} intervals</h3>{metric_bars(doc)}"
+            f"<h3>Paired comparisons</h3>{comparison_table(doc)}"
+            f"<h3>Training curves (TensorBoard)</h3>{curves(tenant)}"
+            f"<h3>Data</h3>{funnel_block(summary)}"
+            f"<h3>Biggest wins and losses (by retrieval quality q)</h3>{examples_block(examples, list(doc['candidates']))}"
+            f"<h3>Lineage</h3>{lineage_block(tenant)}</section>")
+
+
+def render(cfg: dict) -> str:
+    tenants = [t["name"] for t in cfg["tenants"]]
+    evals, sections = {}, []
+    for t in tenants:
+        ep, tp = eval_paths(t), tenant_paths(t)
+        for path in (ep["eval_json"], ep["examples"], tp["summary"]):
+            if not Path(path).is_file():
+                raise QrewriteError("report input not found", file=path,
+                                    hint="run the eval stage for every tenant first (snakemake / dvc repro)")
+        evals[t] = read_json(ep["eval_json"])
+        sections.append(tenant_section(t, evals[t], read_jsonl(ep["examples"]), read_json(tp["summary"])))
+    from ..lineage import code_version
+
+    code = code_version()
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    nav = "".join(f"<a href='#{escape(t)}'>{escape(t)}</a>" for t in tenants)
+    return ("<!DOCTYPE html><html lang=zh><head><meta charset=utf-8><meta name=viewport "
+            "content='width=device-width,initial-scale=1'><title>qrewrite evaluation report</title>"
+            f"<style>{CSS}</style></head><body><header><h1>qrewrite: query-rewrite evaluation</h1>"
+            f"<div class=meta>{len(tenants)} tenants · generated {stamp} · code "
+            f"{escape(str(code.get('git_commit') or 'unknown'))[:12]}{' (dirty)' if code.get('dirty') else ''}"
+            f"</div></header><nav><a href='#headline'>headline</a>{nav}</nav><main>"
+            "<section id=headline><h2>Headline: teacher vs SFT vs RL</h2>"
+            "<p class=note>Judge score (the RL reward's judge, 1–5), retrieval top-1 (Hit@1 against the gold documents, "
+            "and the top1 reranker score), rewrite latency and cost per 1000 rewrites (API price table for API "
+            "candidates; GPU-hour price x generation time for local models).</p>"
+            f"{headline_table(evals)}{claims_table(evals)}</section>{''.join(sections)}</main></body></html>\n")
+
+
+def build_report(cfg: dict, out: str) -> None:
+    write_text_atomic(out, render(cfg))

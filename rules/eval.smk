@@ -1,0 +1,140 @@
+# Evaluation and report: every eval candidate's rewrites of the test split → per-tenant metrics → one HTML report.
+# Candidates are config entries (eval.candidates): kind model runs in the swift env/container (transformers),
+# the others (raw, teacher, openai API) in the cpu one. `snakemake --report` includes the eval outputs.
+
+from qrewrite.eval.candidates import model_path
+from qrewrite.eval.cli import check_eval_config
+from qrewrite.paths import REPORT_HTML, eval_paths
+
+check_eval_config(config)
+EVAL = config["eval"]
+CANDIDATES = {c["name"]: c for c in EVAL["candidates"]}
+MODEL_CANDIDATES = [n for n, c in CANDIDATES.items() if c["kind"] == "model"]
+OTHER_CANDIDATES = [n for n, c in CANDIDATES.items() if c["kind"] != "model"]
+
+
+def E(key):
+    """Eval artifact path pattern for `key`, with the {tenant} wildcard (layout in qrewrite/paths.py)."""
+    return eval_paths("{tenant}")[key]
+
+
+def eval_model(wc):
+    return model_path(CANDIDATES[wc.candidate], TENANTS[wc.tenant])
+
+
+def eval_rewrites_of(wc):
+    return [eval_paths(wc.tenant)["rewrites"].format(candidate=c) for c in CANDIDATES]
+
+
+if MODEL_CANDIDATES:
+
+    rule eval_generate:
+        """A local model's rewrites (greedy, the SFT prompt) with per-query latency and GPU-hour cost."""
+        input:
+            model=eval_model,
+            test=T(EVAL["split"]),
+            queries=T("queries"),
+        output:
+            E("rewrites"),
+        wildcard_constraints:
+            candidate="|".join(MODEL_CANDIDATES),
+        params:
+            candidate=lambda wc: CANDIDATES[wc.candidate],
+            generation=EVAL["generation"],
+            max_rows=EVAL["max_rows"],
+            gpu_hour_usd=EVAL["gpu_hour_usd"],
+        log:
+            "logs/{tenant}/eval_{candidate}.log",
+        benchmark:
+            "benchmarks/{tenant}/eval_{candidate}.tsv"
+        threads: config["train"]["threads"]
+        resources:
+            mem_mb=16000,
+            runtime=120,
+        container:
+            CONTAINERS["swift"]
+        shell:
+            "qrewrite eval-rewrites --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --candidate {wildcards.candidate}"
+            " --test {input.test} --queries {input.queries} --model {input.model} --threads {threads}"
+            " --out {output} 2> {log}"
+
+
+if OTHER_CANDIDATES:
+
+    rule eval_rewrites:
+        """The raw query, the recorded teacher rewrites, or an API candidate's rewrites (cached calls)."""
+        input:
+            test=T(EVAL["split"]),
+            queries=T("queries"),
+            teacher=T("teacher"),
+        output:
+            E("rewrites"),
+        wildcard_constraints:
+            candidate="|".join(OTHER_CANDIDATES),
+        params:
+            candidate=lambda wc: CANDIDATES[wc.candidate],
+            max_rows=EVAL["max_rows"],
+        log:
+            "logs/{tenant}/eval_{candidate}.log",
+        benchmark:
+            "benchmarks/{tenant}/eval_{candidate}.tsv"
+        resources:
+            mem_mb=2000,
+            runtime=60,
+        container:
+            CONTAINERS["cpu"]
+        shell:
+            "qrewrite eval-rewrites --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --candidate {wildcards.candidate}"
+            " --test {input.test} --queries {input.queries} --teacher {input.teacher} --out {output} 2> {log}"
+
+
+rule eval:
+    """Retrieval vs gold, reranker scores, judge, win/tie/loss, latency, cost, paired intervals."""
+    input:
+        test=T(EVAL["split"]),
+        queries=T("queries"),
+        kb=lambda wc: TENANTS[wc.tenant]["kb"]["path"],
+        rewrites=eval_rewrites_of,
+    output:
+        eval_json=report(E("eval_json"), category="Evaluation", subcategory="{tenant}", labels={"tenant": "{tenant}", "file": "eval.json"}),
+        examples=report(E("examples"), category="Evaluation", subcategory="{tenant}", labels={"tenant": "{tenant}", "file": "examples.jsonl"}),
+        plots=report(E("plots"), category="Evaluation", subcategory="{tenant}", labels={"tenant": "{tenant}", "file": "plots.json"}),
+    params:
+        eval=EVAL,
+        reward=config["reward"],
+        rag=config["rag"],
+    log:
+        "logs/{tenant}/eval.log",
+    benchmark:
+        "benchmarks/{tenant}/eval.tsv"
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    container:
+        CONTAINERS["cpu"]
+    shell:
+        "qrewrite eval --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --test {input.test}"
+        " --queries {input.queries} --rewrites {input.rewrites} --out {output.eval_json}"
+        " --examples {output.examples} --plots {output.plots} 2> {log}"
+
+
+rule report:
+    """reports/index.html over every tenant: tables, metric bars, training curves, data funnel, lineage."""
+    input:
+        eval_json=[eval_paths(t)["eval_json"] for t in TENANTS],
+        examples=[eval_paths(t)["examples"] for t in TENANTS],
+        summary=[tenant_paths(t)["summary"] for t in TENANTS],
+        tb=[tenant_paths(t)[k] for t in TENANTS for k in ("tb_sft", "tb_rl")],
+    output:
+        report(REPORT_HTML, category="Report", labels={"file": "index.html"}),
+    log:
+        "logs/report.log",
+    benchmark:
+        "benchmarks/report.tsv"
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    container:
+        CONTAINERS["cpu"]
+    shell:
+        "qrewrite report --config {RESOLVED_CONFIG} --out {output} 2> {log}"

@@ -1,0 +1,276 @@
+"""Evaluation: candidates' rewrites, metrics against an independent recomputation, intervals and paired tests,
+API candidates through a (fake, loopback) OpenAI-compatible server, a real local model through transformers."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+import yaml
+
+from conftest import REPO, Project
+from qrewrite.eval import stats
+from qrewrite.paths import eval_paths, tenant_paths
+
+T = "fivedoctors"
+P = tenant_paths(T)
+E = eval_paths(T)
+
+
+def cfg_with_eval(project: Project, name: str, **eval_cfg) -> str:
+    """Write config `name` = the project's config with `eval:` replaced; return its file name."""
+    cfg = project.config
+    cfg["eval"] = eval_cfg
+    (project.root / name).write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+    return name
+
+
+def rewrites(project: Project, config: str, candidate: str, *extra: str, check: bool = True, env=None):
+    out = E["rewrites"].format(candidate=candidate)
+    return project.qrewrite("eval-rewrites", "--config", config, "--tenant", T, "--candidate", candidate,
+                            "--test", P["test"], "--queries", P["queries"], "--teacher", P["teacher"], "--out", out,
+                            *extra, check=check, env=env), out
+
+
+def run_eval(project: Project, config: str, files: list[str], check: bool = True, env=None):
+    return project.qrewrite("eval", "--config", config, "--tenant", T, "--test", P["test"], "--queries",
+                            P["queries"], "--rewrites", *files, "--out", E["eval_json"], "--examples",
+                            E["examples"], "--plots", E["plots"], check=check, env=env)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """The data half for one tenant (60 queries) in a scratch project."""
+    project = Project(tmp_path_factory.mktemp("eval") / "proj")
+    project.keep_queries(T, 60)
+    for stage in ("build-excel", "ingest", "teach", "validate", "split"):
+        project.stage(stage)
+    return project
+
+
+# ------------------------------------------------------------------------------------------------ statistics
+
+def test_mean_ci_is_seeded_and_brackets_the_mean():
+    x = [0, 1, 1, 0, 1, 1, 1, 0, 1, 1]
+    a = stats.mean_ci(x, samples=2000, seed=3, confidence=0.95)
+    assert a == stats.mean_ci(x, samples=2000, seed=3, confidence=0.95)
+    assert a["mean"] == 0.7 and a["ci_low"] < 0.7 < a["ci_high"] and 0 <= a["ci_low"] and a["ci_high"] <= 1
+    assert stats.mean_ci([None, None], samples=200, seed=0, confidence=0.9)["mean"] is None
+    assert stats.mean_ci([0.5, None], samples=200, seed=0, confidence=0.9)["n"] == 1
+
+
+def test_sign_flip_p_matches_brute_force_enumeration():
+    d = np.array([0.3, -0.1, 0.2, 0.25, 0.0, 0.4, -0.05])
+    obs = abs(d.mean())
+    flips = [abs(np.mean(np.array(s) * d)) >= obs - 1e-12 for s in itertools.product((1, -1), repeat=d.size)]
+    assert stats.sign_flip_p(d, seed=0) == pytest.approx(sum(flips) / len(flips))
+
+
+def test_paired_comparison_separates_a_real_difference_from_none():
+    rng = np.random.default_rng(1)
+    b = rng.uniform(0, 1, 40)
+    better = stats.paired(list(b + 0.2), list(b), samples=2000, seed=0, confidence=0.95)
+    assert better["diff"] == pytest.approx(0.2) and better["ci_low"] > 0 and better["p_value"] < 0.001
+    assert better["a_better"] == 40 and better["b_better"] == 0
+    same = stats.paired(list(b), list(b), samples=2000, seed=0, confidence=0.95)
+    assert same["diff"] == 0 and same["p_value"] == 1.0
+    noisy = stats.paired(list(b + rng.normal(0, 0.3, 40)), list(b), samples=2000, seed=0, confidence=0.95)
+    assert noisy["ci_low"] < noisy["diff"] < noisy["ci_high"]
+    # pairs with a missing side are left out, not counted as 0
+    assert stats.paired([1.0, None, 0.0], [0.0, 1.0, None], samples=200, seed=0, confidence=0.9)["n"] == 1
+
+
+# --------------------------------------------------------------------------------------- candidates + scoring
+
+def test_rank_metrics_at_the_cutoffs():
+    """Hit@1 / Hit@5 / reciprocal rank from the gold document's rank; a query without gold docs has none."""
+    import asyncio
+
+    from qrewrite.eval.score import _score_candidate
+    from qrewrite.reward.judge import RuleJudge
+
+    class StubRag:  # TEST FAKE: returns scripted hit lists, best first
+        order = {"q1": ["g", "a", "b", "c", "d"], "q5": ["a", "b", "c", "d", "g"], "qx": ["a", "b", "c", "d", "e"],
+                 "qn": ["a"]}
+
+        async def search(self, query, rewrite):
+            return [{"doc_id": d, "reranker_score": 1.0 - 0.1 * i} for i, d in enumerate(self.order[query])]
+
+    rows = [{"query_id": q, "query": q, "profile": "", "history": "", "gold_doc_ids": [] if q == "qn" else ["g"]}
+            for q in ("q1", "q5", "qx", "qn")]
+    rws = {q: {"status": "ok", "rewrite": q + " rewritten"} for q in ("q1", "q5", "qx", "qn")}
+    out = {s["query_id"]: s for s in asyncio.run(_score_candidate(StubRag(), RuleJudge(), rows, rws, 0.0))}
+    assert (out["q1"]["hit_at_1"], out["q1"]["hit_at_5"], out["q1"]["mrr"]) == (1.0, 1.0, 1.0)
+    assert (out["q5"]["hit_at_1"], out["q5"]["hit_at_5"], out["q5"]["mrr"]) == (0.0, 1.0, 0.2)
+    assert (out["qx"]["hit_at_1"], out["qx"]["hit_at_5"], out["qx"]["mrr"]) == (0.0, 0.0, 0.0)
+    assert (out["qn"]["hit_at_1"], out["qn"]["hit_at_5"], out["qn"]["mrr"]) == (None, None, None)
+    assert out["q1"]["top1"] == 1.0 and out["q1"]["mean_top3"] == pytest.approx(0.9)
+    assert out["qn"]["mean_top3"] == pytest.approx(1 / 3)  # missing positions count 0
+    assert all(s["judge"] is None for s in out.values())  # share 0: nothing judged
+
+
+
+def test_metrics_match_an_independent_recomputation(data):
+    """raw and teacher through `qrewrite eval`: Hit@1/Hit@5/MRR/top1 equal what validate.jsonl recorded for the
+    same rewrites through the same local RAG; the teacher against itself is all ties; latency and cost come
+    from the teacher rows."""
+    cfg = cfg_with_eval(data, "c_basic.yaml", candidates=[{"name": "raw", "kind": "raw"},
+                                                         {"name": "teacher", "kind": "teacher"}],
+                        compare=[["teacher", "raw"]], headline=["teacher", "raw"])
+    files = [rewrites(data, cfg, c)[1] for c in ("raw", "teacher")]
+    run_eval(data, cfg, files)
+    doc = json.loads((data.root / E["eval_json"]).read_text())
+    test_ids = [s["meta"]["query_id"] for s in data.read_jsonl(P["test"])]
+    validated = {v["id"]: v for v in data.read_jsonl(P["validated"])}
+    teacher_rows = {t["id"]: t for t in data.read_jsonl(P["teacher"])}
+    assert doc["n_queries"] == len(test_ids) > 0
+    for cand, side in (("teacher", "rewrite_rag"), ("raw", "original_rag")):
+        ranks = [validated[q][side]["gold_rank"] for q in test_ids]
+        c = doc["candidates"][cand]
+        assert c["hit_at_1"]["mean"] == pytest.approx(np.mean([r == 1 for r in ranks]), abs=1e-6)
+        assert c["hit_at_5"]["mean"] == pytest.approx(np.mean([r is not None and r <= 5 for r in ranks]), abs=1e-6)
+        assert c["mrr"]["mean"] == pytest.approx(np.mean([1 / r if r else 0 for r in ranks]), abs=1e-6)
+        assert c["top1"]["mean"] == pytest.approx(np.mean([validated[q][side]["top1"] for q in test_ids]), abs=1e-5)
+        assert c["hit_at_1"]["ci_low"] <= c["hit_at_1"]["mean"] <= c["hit_at_1"]["ci_high"]
+    t = doc["candidates"]["teacher"]
+    assert t["vs_teacher"] == {"win": 0, "tie": len(test_ids), "loss": 0, "win_rate": 0.0, "loss_rate": 0.0}
+    lat = sorted(teacher_rows[q]["latency_s"] for q in test_ids)
+    assert t["latency_s"]["p50"] == pytest.approx(float(np.percentile(lat, 50)), abs=1e-6)
+    assert t["cost_per_1k_usd"] == 0.0 and doc["candidates"]["raw"]["cost_per_1k_usd"] == 0.0
+    # raw vs teacher outcomes agree with the q values validate.jsonl recorded
+    wins = sum(validated[q]["original_rag"]["quality"] > validated[q]["rewrite_rag"]["quality"] + 1e-9 for q in test_ids)
+    assert doc["candidates"]["raw"]["vs_teacher"]["win"] == wins
+    # the judge (the reward's rule judge) scored every query of every candidate, on 1..5
+    assert doc["judge"]["provider"] == "rule" and doc["judge"]["judged_queries"] == len(test_ids)
+    assert 1 <= t["judge"]["mean"] <= 5
+    cmp = doc["comparisons"]["teacher_vs_raw"]["hit_at_1"]
+    assert cmp["n"] == len(test_ids) and cmp["ci_low"] <= cmp["diff"] <= cmp["ci_high"]
+    examples = data.read_jsonl(E["examples"])
+    assert examples and {e["outcome"] for e in examples} <= {"win", "loss"}
+    assert all(set(e["candidates"]) == {"raw", "teacher"} for e in examples)
+    wins_shown = [e["delta_quality"] for e in examples if e["outcome"] == "win"]
+    assert wins_shown == sorted(wins_shown, reverse=True)
+    plots = json.loads((data.root / E["plots"]).read_text())
+    assert [p["candidate"] for p in plots] == ["raw", "teacher"]
+
+
+def test_a_failed_teacher_row_is_scored_as_no_rewrite_never_as_the_query(data, tmp_path):
+    cfg = cfg_with_eval(data, "c_fail.yaml", candidates=[{"name": "raw", "kind": "raw"},
+                                                        {"name": "teacher", "kind": "teacher"}],
+                        compare=[["teacher", "raw"]], headline=["teacher"])
+    test_ids = [s["meta"]["query_id"] for s in data.read_jsonl(P["test"])]
+    rows = data.read_jsonl(P["teacher"])
+    broken = [dict(r, status="error", reason="HTTP 500", rewrite=None) if r["id"] == test_ids[0] else r for r in rows]
+    bad = "results/fivedoctors/teacher.broken.jsonl"
+    (data.root / bad).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in broken), encoding="utf-8")
+    out = "results/fivedoctors/eval/teacher.broken.jsonl"
+    data.qrewrite("eval-rewrites", "--config", cfg, "--tenant", T, "--candidate", "teacher", "--test", P["test"],
+                  "--queries", P["queries"], "--teacher", bad, "--out", out)
+    row = next(r for r in data.read_jsonl(out) if r["query_id"] == test_ids[0])
+    assert row["status"] == "error" and row["rewrite"] is None
+    raw = rewrites(data, cfg, "raw")[1]
+    run_eval(data, cfg, [raw, out])
+    doc = json.loads((data.root / E["eval_json"]).read_text())
+    assert doc["candidates"]["teacher"]["errors"] == 1
+    assert doc["candidates"]["raw"]["errors"] == 0
+
+
+def test_config_and_input_errors_are_clear(data):
+    cfg = cfg_with_eval(data, "c_bad.yaml", candidates=[{"name": "raw", "kind": "raw"}], baseline="teacher",
+                        compare=[], headline=[])
+    proc, _ = rewrites(data, cfg, "raw", check=False)
+    assert proc.returncode == 2 and "eval.baseline" in proc.stderr and "'teacher' is not an eval candidate" in proc.stderr
+    cfg = cfg_with_eval(data, "c_two.yaml", candidates=[{"name": "raw", "kind": "raw"},
+                                                       {"name": "teacher", "kind": "teacher"}],
+                        compare=[["teacher", "raw"]], headline=["teacher"])
+    raw = rewrites(data, cfg, "raw")[1]
+    proc = run_eval(data, cfg, [raw], check=False)
+    assert proc.returncode == 2 and "no rewrites given for candidates ['teacher']" in proc.stderr
+    proc, _ = rewrites(data, cfg, "nope", check=False)
+    assert proc.returncode == 2 and "no eval candidate named 'nope'" in proc.stderr
+    cfg = cfg_with_eval(data, "c_model.yaml", candidates=[{"name": "m", "kind": "model"}], baseline="m",
+                        compare=[], headline=[])
+    proc, _ = rewrites(data, cfg, "m", check=False)
+    assert proc.returncode == 2 and "eval.candidates.0" in proc.stderr  # kind model needs artifact or path
+
+
+def test_api_candidate_and_api_judge_through_an_openai_compatible_server(data, fake_openai):
+    """A teacher behind an API is a candidate: rewrites, latency and price-table cost from the API, cached (a
+    rerun sends nothing). The judge is the reward's OpenAI judge on a sampled half of the queries, the same
+    queries for every candidate."""
+    fake_openai.script(replies={"<data>": '{"score": 4, "reason": "ok"}'})
+    api = {"base_url": fake_openai.url, "model": "test-model", "api_key_env": "FAKE_KEY", "max_retries": 1}
+    cfg = data.config
+    cfg["teacher"]["prices"] = {"test-model": {"input_per_1m": 2.0, "output_per_1m": 8.0}}
+    cfg["reward"] = {"judge": {"provider": "openai", "openai": dict(api, max_retries=1)},
+                     "cache_dir": "cache/reward-api"}
+    cfg["eval"] = {"candidates": [{"name": "raw", "kind": "raw"}, {"name": "teacher", "kind": "teacher"},
+                                  {"name": "api", "kind": "openai", "openai": api}],
+                   "compare": [["api", "teacher"]], "headline": ["teacher", "api"], "judge_sample_share": 0.5,
+                   "cache_dir": "cache/eval-api"}
+    (data.root / "c_api.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+    env = {"FAKE_KEY": "sk-test-not-a-real-key"}
+    _, out = rewrites(data, "c_api.yaml", "api", env=env)
+    n_test = len(data.read_jsonl(P["test"]))
+    sent = len(fake_openai.requests())
+    assert sent == n_test
+    rows = data.read_jsonl(out)
+    assert all(r["status"] == "ok" and r["rewrite"].startswith("改写：") for r in rows)
+    r = rows[0]
+    assert r["cost_usd"] == pytest.approx(r["usage"]["prompt_tokens"] * 2e-6 + r["usage"]["completion_tokens"] * 8e-6)
+    assert r["latency_s"] > 0
+    rewrites(data, "c_api.yaml", "api", env=env)
+    assert len(fake_openai.requests()) == sent  # cached
+    assert data.read_jsonl(out) == rows
+    files = [rewrites(data, "c_api.yaml", c, env=env)[1] for c in ("raw", "teacher")] + [out]
+    run_eval(data, "c_api.yaml", files, env=env)
+    doc = json.loads((data.root / E["eval_json"]).read_text())
+    judged = doc["judge"]["judged_queries"]
+    assert doc["judge"]["provider"] == "openai" and 0 < judged < n_test
+    for name in ("raw", "teacher", "api"):
+        assert doc["candidates"][name]["judge"] == {**doc["candidates"][name]["judge"], "mean": 4.0, "n": judged}
+    assert doc["comparisons"]["api_vs_teacher"]["judge"]["n"] == judged
+    api_c = doc["candidates"]["api"]
+    assert api_c["cost_per_1k_usd"] == pytest.approx(1000 * np.mean([x["cost_usd"] for x in rows]), rel=1e-6)
+    assert api_c["model"] == "openai/test-model"
+    assert "sk-test-not-a-real-key" not in (data.root / E["eval_json"]).read_text()
+
+
+def test_eval_prompt_is_the_sft_prompt(data):
+    """The messages a model candidate is prompted with are exactly the SFT sample's prompt messages."""
+    from qrewrite.config import load_config, tenant_config
+    from qrewrite.eval.candidates import eval_rows
+    from qrewrite.prompts import rewrite_messages
+
+    tenant = tenant_config(load_config(data.config_path), T)
+    rows = eval_rows(str(data.root / P["test"]), str(data.root / P["queries"]), None)
+    for row, sample in zip(rows, data.read_jsonl(P["test"])):
+        assert rewrite_messages(tenant, row) == sample["messages"][:-1]
+
+
+@pytest.mark.slow
+def test_model_candidate_generates_with_transformers_in_the_swift_env(data, tmp_path):
+    """A real local model (the embedded SmolLM2 base) through `qrewrite eval-rewrites`, which re-runs itself in
+    the ms-swift env: one row per query, latency per query, cost = GPU-hour price x generation time."""
+    from test_reward_frameworks import train_python
+
+    py = train_python("swift")
+    base = tmp_path / "base"
+    proc = subprocess.run([str(py), "-m", "qrewrite.training.base_model", str(base)], cwd=REPO,
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cfg = cfg_with_eval(data, "c_gen.yaml", candidates=[{"name": "base", "kind": "model", "path": str(base)}],
+                        baseline="base", compare=[], headline=["base"], max_rows=3, gpu_hour_usd=3.6,
+                        generation={"max_new_tokens": 12, "batch_size": 1})
+    _, out = rewrites(data, cfg, "base", "--model", str(base), "--threads", "2")
+    rows = data.read_jsonl(out)
+    assert len(rows) == 3 and all(r["status"] == "ok" and r["model"] == str(base) for r in rows)
+    assert all(0 < r["latency_s"] and r["compute_s"] == r["latency_s"] for r in rows)  # batch 1
+    assert all(r["cost_usd"] == pytest.approx(3.6 * r["compute_s"] / 3600, rel=1e-6) for r in rows)
+    assert all(1 <= r["usage"]["completion_tokens"] <= 12 for r in rows)
+    assert rows[0]["generation"]["device"] == "cpu" and rows[0]["generation"]["batch_size"] == 1
+    assert "<|im_end|>" not in "".join(r["rewrite"] for r in rows)

@@ -1,0 +1,276 @@
+"""Lineage: what lineage.json records, `qrewrite lineage verify` failing on any changed upstream byte, the tree
+and sample trace of `qrewrite lineage show`, no secrets, and the UPSTREAM map matching the Snakemake rules.
+
+The model folders here are small stand-in files (TEST FAKES: lineage only hashes bytes); the data artifacts
+are real, made by the data-half commands. Real trained models are verified in tests/test_report.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, Project
+from qrewrite.config import load_config
+from qrewrite.io_utils import sha256_file
+from qrewrite.lineage import write_lineage, verify_lineage
+from qrewrite.paths import BASE_MODEL, UPSTREAM, artifact_paths, tenant_paths
+
+T = "fivedoctors"
+P = tenant_paths(T)
+
+
+def fake_model(path: Path, files: dict[str, bytes]) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    for name, blob in files.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_bytes(blob)
+
+
+def make_chain(project: Project, slurm: str | None = None) -> dict[str, Path]:
+    """sft → merge_sft → rl lineage over the real data artifacts, written the way the training rules do."""
+    root = project.root
+    cfg = load_config(root / "config.yaml")
+    fake_model(root / BASE_MODEL, {"config.json": b'{"model_type": "llama"}', "model.safetensors": b"\x00base" * 64})
+    fake_model(root / P["sft_model"], {"adapter_config.json": b"{}", "adapter_model.safetensors": b"\x01lora" * 32})
+    fake_model(root / P["sft_merged"], {"config.json": b"{}", "model.safetensors": b"\x02merged" * 64})
+    fake_model(root / P["rl_model"], {"config.json": b"{}", "model.safetensors": b"\x03rl" * 64,
+                                      "sub/tokenizer.json": b"{}"})
+    old = Path.cwd()
+    os.chdir(root)
+    env_before = os.environ.get("SLURM_JOB_ID")
+    try:
+        if slurm:
+            os.environ["SLURM_JOB_ID"] = slurm
+        t0 = time.time()
+        out = {
+            "sft": write_lineage(P["sft_model"], rule="sft", tenant=T, config=cfg, env="swift", started=t0 - 60,
+                                 ended=t0, inputs={"base": BASE_MODEL, "train": P["train"], "val": P["val"]},
+                                 params={"learning_rate": 2e-4, "max_steps": 2}, usage={"gpu_s": 1.5}),
+            "merge": write_lineage(P["sft_merged"], rule="merge_sft", tenant=T, config=cfg, env="swift",
+                                   started=t0, ended=t0 + 5, inputs={"base": BASE_MODEL, "adapter": P["sft_model"]},
+                                   params={}),
+            "rl": write_lineage(P["rl_model"], rule="rl", tenant=T, config=cfg, env="swift", started=t0 + 5,
+                                ended=t0 + 65, inputs={"model": P["sft_merged"], "train": P["rl_train"],
+                                                       "val": P["rl_val"], "train_swift": P["rl_train_swift"],
+                                                       "kb": cfg["tenants"][0]["kb"]["path"]},
+                                params={"backend": "swift-grpo"},
+                                usage={"rag_calls": 12, "judge_calls": 3, "judge_cost_usd": 0.0}),
+        }
+    finally:
+        os.chdir(old)
+        if env_before is None:
+            os.environ.pop("SLURM_JOB_ID", None)
+        else:
+            os.environ["SLURM_JOB_ID"] = env_before
+    return out
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory):
+    project = Project(tmp_path_factory.mktemp("lineage") / "proj")
+    cfg = project.config
+    cfg["tenants"] = [t for t in cfg["tenants"] if t["name"] == T]
+    project.set_config(cfg)
+    project.keep_queries(T, 50)
+    for stage in ("build-excel", "ingest", "teach", "validate", "split"):
+        project.stage(stage)
+    project.qrewrite("rl-data", "--config", "config.yaml", "--tenant", T, "--train", P["train"], "--val", P["val"],
+                     "--queries", P["queries"], "--out-dir", P["rl_dir"])
+    return project, make_chain(project, slurm="4242")
+
+
+def lineage(project: Project, key: str) -> dict:
+    return json.loads((project.root / tenant_paths(T)[key] / "lineage.json").read_text(encoding="utf-8"))
+
+
+def test_lineage_records_the_whole_chain_back_to_the_raw_excel(chain):
+    project, _ = chain
+    doc = lineage(project, "rl_model")
+    up = {e["key"]: e for e in doc["upstream"]}
+    # every artifact back to the raw Excel (and the demo source it is built from), with its sha256
+    for key in ("demo_source", "raw_excel", "kb", "queries", "teacher", "validated", "train", "val", "base_model",
+                "sft_model", "sft_merged", "rl_train", "rl_val", "rl_train_swift"):
+        assert key in up, key
+    assert up["raw_excel"]["path"] == "data/raw/fivedoctors.xlsx"
+    assert up["raw_excel"]["sha256"] == sha256_file(project.root / "data/raw/fivedoctors.xlsx")
+    assert up["raw_excel"]["made_by"] == {"rule": "build_excel", "inputs": ["demo_source"]}
+    assert up["queries"]["made_by"] == {"rule": "ingest", "inputs": ["raw_excel", "kb"]}
+    assert up["sft_merged"]["made_by"]["rule"] == "merge_sft" and up["sft_merged"]["type"] == "dir"
+    order = [e["key"] for e in doc["upstream"]]
+    assert order.index("raw_excel") < order.index("queries") < order.index("train") < order.index("sft_model")
+    # the direct inputs, the chained lineage of the input model, the model's own files
+    assert doc["inputs"]["model"]["lineage"] == "models/fivedoctors/sft-merged/lineage.json"
+    assert doc["chained"] == [{"path": "models/fivedoctors/sft-merged/lineage.json",
+                               "sha256": sha256_file(project.root / "models/fivedoctors/sft-merged/lineage.json")}]
+    assert set(doc["model"]["files"]) == {"config.json", "model.safetensors", "sub/tokenizer.json"}
+    assert doc["model"]["rule"] == "rl" and doc["params"] == {"backend": "swift-grpo"}
+    # code version, environment, providers, usage, run
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    assert doc["code"]["git_commit"] == head and isinstance(doc["code"]["dirty"], bool)
+    env = doc["env"]
+    assert env["name"] == "swift" and env["requirements"]["envs/swift.txt"] == sha256_file(REPO / "envs/swift.txt")
+    assert env["requirements"]["envs/torch.txt"] == sha256_file(REPO / "envs/torch.txt")
+    container = REPO / "containers/swift.def"
+    assert env["container_def_sha256"] == (sha256_file(container) if container.exists() else None)
+    assert doc["providers"]["teacher"]["provider"] == "prf" and doc["providers"]["teacher"]["model"] == "rm3-bm25"
+    assert doc["providers"]["judge"] == {"provider": "rule", "model": "rules-v1", "base_url": None}
+    assert doc["usage"]["rule"] == {"rag_calls": 12, "judge_calls": 3, "judge_cost_usd": 0.0}
+    assert doc["usage"]["upstream"]["teacher"]["calls"] == 50 and doc["usage"]["upstream"]["teacher"]["cost_usd"] == 0
+    assert doc["run"]["slurm_job_id"] == "4242" and doc["run"]["host"] and doc["run"]["duration_s"] == 60
+    assert doc["run"]["started"] < doc["run"]["ended"]
+    # row-level provenance of the training data
+    s = doc["samples"]["train"]
+    assert s["rows"] == len(project.read_jsonl(P["train"])) and s["links"] == ["meta.query_id", "meta.raw_row",
+                                                                              "meta.teacher_call_key"]
+
+
+def _flip_one_byte(path: Path) -> tuple[Path, bytes]:
+    target = path if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())[0]
+    blob = target.read_bytes()
+    target.write_bytes(blob[:-1] + bytes([blob[-1] ^ 1]))
+    return target, blob
+
+
+def test_verify_fails_naming_the_artifact_whenever_any_upstream_byte_changes(chain):
+    project, _ = chain
+    model = project.root / P["rl_model"]
+    assert verify_lineage(model) == []
+    doc = lineage(project, "rl_model")
+    targets = [e["path"] for e in doc["upstream"]] + [f"{P['rl_model']}/{f}" for f in doc["model"]["files"]]
+    assert len(set(targets)) == len(targets) == 17  # 14 upstream artifacts + the model's 3 files
+    for rel in targets:
+        changed, blob = _flip_one_byte(project.root / rel)
+        try:
+            problems = verify_lineage(model)
+            assert problems, f"changing a byte of {changed} went unnoticed"
+            assert problems[0][0] == rel, (rel, problems[:3])
+        finally:
+            changed.write_bytes(blob)
+    assert verify_lineage(model) == []
+
+
+def test_verify_cli_exit_code_and_message_and_chained_lineage(chain):
+    project, _ = chain
+    # Snakemake touches .snakemake_timestamp in directory outputs after the job, i.e. after lineage.json was
+    # written: bookkeeping, not content
+    for key in ("rl_model", "sft_merged", "sft_model"):
+        (project.root / P[key] / ".snakemake_timestamp").write_text("")
+    (project.root / BASE_MODEL / ".snakemake_timestamp").write_text("")
+    ok = project.qrewrite("lineage", "verify", P["rl_model"])
+    assert ok.stdout.startswith("OK models/fivedoctors/rl")
+    # the sft adapter is two hops up; its own lineage (chained via sft-merged) notices a changed training file
+    changed, blob = _flip_one_byte(project.root / P["sft_model"] / "adapter_model.safetensors")
+    try:
+        bad = project.qrewrite("lineage", "verify", P["rl_model"], check=False)
+        assert bad.returncode == 2
+        assert "models/fivedoctors/sft" in bad.stderr and "no longer matches" in bad.stderr
+        bad = project.qrewrite("lineage", "verify", P["sft_model"], check=False)
+        assert bad.returncode == 2 and "models/fivedoctors/sft/adapter_model.safetensors" in bad.stderr
+    finally:
+        changed.write_bytes(blob)
+    # from another working directory, by absolute path
+    proc = subprocess.run([sys.executable, "-m", "qrewrite", "lineage", "verify", str(project.root / P["rl_model"])],
+                          cwd="/", capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr
+    missing = project.qrewrite("lineage", "verify", "models/nope", check=False)
+    assert missing.returncode == 2 and "no lineage.json" in missing.stderr
+
+
+def test_show_prints_the_tree_and_traces_a_sample_to_its_excel_row_and_teacher_call(chain):
+    project, _ = chain
+    tree = project.qrewrite("lineage", "show", P["rl_model"]).stdout
+    for needle in ("models/fivedoctors/rl", "made by rule `rl`", "models/fivedoctors/sft-merged", "← merge_sft",
+                   "data/raw/fivedoctors.xlsx", "← build_excel", "data/demo/fivedoctors.queries.jsonl",
+                   "Slurm job 4242", "teacher: prf/rm3-bm25"):
+        assert needle in tree, needle
+    sample = project.read_jsonl(P["train"])[0]
+    out = project.qrewrite("lineage", "show", P["sft_model"], "--trace", "train:1").stdout
+    meta = sample["meta"]
+    assert meta["query_id"] in out and meta["teacher_call_key"] in out
+    assert f"data/raw/fivedoctors.xlsx row {meta['raw_row']}" in out
+    query = next(q for q in project.read_jsonl(P["queries"]) if q["id"] == meta["query_id"])
+    assert query["query"] in out
+    assert project.qrewrite("lineage", "show", P["sft_model"], "--trace", meta["query_id"]).stdout == out
+    nope = project.qrewrite("lineage", "show", P["sft_model"], "--trace", "q-nope", check=False)
+    assert nope.returncode == 2 and "no training sample" in nope.stderr
+
+
+def test_verify_checks_every_samples_links(tmp_path):
+    """A sample whose raw row disagrees with queries.jsonl fails verify even though every hash matches."""
+    project = Project(tmp_path / "proj")
+    cfg = project.config
+    cfg["tenants"] = [t for t in cfg["tenants"] if t["name"] == T]
+    project.set_config(cfg)
+    project.keep_queries(T, 30)
+    for stage in ("build-excel", "ingest", "teach", "validate", "split"):
+        project.stage(stage)
+    train = project.root / P["train"]
+    rows = project.read_jsonl(P["train"])
+    rows[1]["meta"]["raw_row"] += 1000
+    train.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    fake_model(project.root / BASE_MODEL, {"config.json": b"{}"})
+    fake_model(project.root / P["sft_model"], {"adapter_model.safetensors": b"x"})
+    old = Path.cwd()
+    os.chdir(project.root)
+    try:
+        write_lineage(P["sft_model"], rule="sft", tenant=T, config=load_config("config.yaml"), env="swift",
+                      started=0, ended=1, inputs={"base": BASE_MODEL, "train": P["train"], "val": P["val"]}, params={})
+    finally:
+        os.chdir(old)
+    problems = verify_lineage(project.root / P["sft_model"])
+    assert problems and problems[0][0] == f"{P['train']} line 2 (query {rows[1]['meta']['query_id']})"
+    assert "raw_row" in problems[0][1]
+
+
+def test_no_secret_is_ever_written(chain, monkeypatch, tmp_path):
+    project, _ = chain
+    secret = "sk-live-0123456789abcdef"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    monkeypatch.chdir(project.root)
+    cfg = load_config("config.yaml")
+    cfg["teacher"]["openai"]["api_key"] = secret            # a secret pasted into config by mistake
+    cfg["rag"]["http"]["headers"] = {"Authorization": "Bearer abc.def"}
+    path = write_lineage(P["sft_model"], rule="sft", tenant=T, config=cfg, env="swift", started=0, ended=1,
+                         inputs={"base": BASE_MODEL, "train": P["train"], "val": P["val"]},
+                         params={"hub_token": "hf_abcdefghijkl", "lr": 1e-4})
+    text = path.read_text(encoding="utf-8")
+    assert secret not in text and "Bearer abc.def" not in text and "hf_abcdefghijkl" not in text
+    doc = json.loads(text)
+    assert doc["config"]["teacher"]["openai"]["api_key_env"] == "OPENAI_API_KEY"  # the NAME is kept
+    assert doc["params"] == {"hub_token": "<removed>", "lr": 1e-4}
+    from qrewrite.errors import QrewriteError
+
+    with pytest.raises(QrewriteError, match="secret environment variable"):
+        write_lineage(P["sft_model"], rule="sft", tenant=T, config=load_config("config.yaml"), env="swift",
+                      started=0, ended=1, inputs={"train": P["train"]}, params={"note": f"key was {secret}"})
+    make_chain(project, slurm="4242")  # restore the chain's sft lineage for the other tests
+
+
+def test_upstream_map_matches_the_snakemake_rules(project):
+    """qrewrite.paths.UPSTREAM (what lineage walks) names the same rule and inputs as every Snakemake job."""
+    from test_dvc import snakemake_jobs
+
+    jobs = snakemake_jobs(project.root)
+    cfg = load_config(project.config_path)
+    witnessed = set()
+    for (rule, key), job in jobs.items():
+        tenant = next((t for t in cfg["tenants"] if key == t["name"]), None)
+        if tenant is None and key:
+            continue  # eval candidates: not model inputs
+        paths = artifact_paths(tenant) if tenant else {"base_model": BASE_MODEL}
+        by_path = {os.path.normpath(p): k for k, p in paths.items()}
+        outs = [by_path[os.path.normpath(o)] for o in job["outs"] if os.path.normpath(o) in by_path]
+        ins = {by_path.get(os.path.normpath(i), i) for i in job["deps"]}
+        for out in outs:
+            if out not in UPSTREAM:
+                continue
+            assert UPSTREAM[out][0] == rule, (out, rule)
+            assert set(UPSTREAM[out][1]) == ins, (out, rule, ins)
+            witnessed.add(out)
+    assert witnessed == set(UPSTREAM), f"UPSTREAM entries no rule makes: {set(UPSTREAM) - witnessed}"
