@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 CORES  ?= 2
 
-.PHONY: run test env test-env clean
+.PHONY: run test env test-env bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,10 @@ run: $(VENV)/.data-env .venvs/swift/.installed
 # The training-framework tests must not skip in CI: the envs are built above.
 test: $(VENV)/.test-env $(TRAIN_ENVS)
 	PATH="$(CURDIR)/$(BIN):$$PATH" QREWRITE_REQUIRE_TRAIN_ENVS=1 $(BIN)/python -m pytest -ra $(PYTEST_ARGS)
+
+# Benchmarks (bench/README.md): results as JSON under bench/results/, table via bench/report.py.
+bench: $(VENV)/.test-env
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/run_all.py
 
 clean:
 	rm -rf results logs reports models cache data/raw benchmarks .snakemake

@@ -47,11 +47,15 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
     write_text_atomic(path, json.dumps(obj, ensure_ascii=False, indent=2, sort_keys=False) + "\n")
 
 
+# Valid JSON, but str.splitlines() (and some JSONL readers) treat these as line breaks: escape them.
+_LINE_SEPARATORS = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\u0085": "\\u0085"})
+
+
 def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> int:
     n = 0
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
         for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+            fh.write(json.dumps(row, ensure_ascii=False).translate(_LINE_SEPARATORS) + "\n")
             n += 1
     return n
 
