@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import os
 import re
 import socket
@@ -39,7 +40,8 @@ LINEAGE_FILE = "lineage.json"
 REPO = Path(__file__).resolve().parents[1]  # the code checkout (envs/, containers/ live here)
 
 # Keys whose values are never written. `*_env` keys hold an env var NAME (e.g. api_key_env) and are kept.
-_SECRET_KEY = re.compile(r"(api[_-]?key|secret|password|passwd|token|credential|authorization|bearer)",
+# `token` only as the last word of a key (access_token, hf_token): max_tokens / prompt_tokens are counts.
+_SECRET_KEY = re.compile(r"(api[_-]?key|secret|password|passwd|(?:^|[_-])token$|credential|authorization|bearer)",
                          re.IGNORECASE)
 _SECRET_ENV = re.compile(r"(KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.IGNORECASE)
 SAMPLE_LINKS = ("meta.query_id", "meta.raw_row", "meta.teacher_call_key")
@@ -320,8 +322,6 @@ def write_lineage(model_dir: str, *, rule: str, tenant: str | None, inputs: dict
         "config_sha256": sha256_json(clean_config),
         "config": clean_config,
     }
-    import json
-
     assert_no_secrets(json.dumps(doc, ensure_ascii=False), str(mdir / LINEAGE_FILE))
     out = mdir / LINEAGE_FILE
     write_json(out, doc)

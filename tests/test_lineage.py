@@ -274,3 +274,16 @@ def test_upstream_map_matches_the_snakemake_rules(project):
             assert set(UPSTREAM[out][1]) == ins, (out, rule, ins)
             witnessed.add(out)
     assert witnessed == set(UPSTREAM), f"UPSTREAM entries no rule makes: {set(UPSTREAM) - witnessed}"
+
+
+def test_secret_stripping_keeps_token_counts_and_env_var_names():
+    from qrewrite.lineage import strip_secrets
+    doc = {"teacher": {"max_tokens": 256, "api_key_env": "OPENAI_API_KEY", "api_key": "sk-x", "hf_token": "hf_x"},
+           "usage": {"prompt_tokens": 10, "completion_tokens": 5}, "tokenizer": "chatml", "token": "t",
+           "nested": [{"authorization": "Bearer y", "max_completion_tokens": 48}]}
+    out = strip_secrets(doc)
+    assert out["teacher"] == {"max_tokens": 256, "api_key_env": "OPENAI_API_KEY", "api_key": "<removed>",
+                              "hf_token": "<removed>"}
+    assert out["usage"] == {"prompt_tokens": 10, "completion_tokens": 5}
+    assert out["tokenizer"] == "chatml" and out["token"] == "<removed>"
+    assert out["nested"] == [{"authorization": "<removed>", "max_completion_tokens": 48}]
