@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 from .io_utils import sha256_json
+
+# A field is one line of the prompt: a newline in a profile or history could forge a "用户问题：" line.
+_LINE_BREAKS = re.compile(r"\s*[\r\n\v\f\x85\u2028\u2029]+\s*")
+# Chat-template control tokens (<|im_start|>, <|endoftext|>, DeepSeek's <｜…｜>, Qwen3's <think>) typed into a
+# query would be encoded as real special tokens by the tokenizer and open a forged turn: they are dropped.
+_CONTROL_TOKENS = re.compile(r"<\|[^<>|]{0,40}\|>|<｜[^<>｜]{0,40}｜>|</?(?:think|tool_call|tool_response)>")
 
 _LABELS = {
     "zh": ("用户问题", "用户画像", "历史摘要", "无"),
@@ -10,8 +18,14 @@ _LABELS = {
 }
 
 
+def prompt_field(text: str) -> str:
+    """A user-supplied value as it goes into the prompt: one line, no chat-template control tokens."""
+    return _LINE_BREAKS.sub(" ", _CONTROL_TOKENS.sub("", text or "")).strip()
+
+
 def user_message(query: str, profile: str, history: str, language: str = "zh") -> str:
     q, p, h, none = _LABELS[language]
+    query, profile, history = prompt_field(query), prompt_field(profile), prompt_field(history)
     return f"{q}：{query}\n{p}：{profile or none}\n{h}：{history or none}" if language == "zh" else \
         f"{q}: {query}\n{p}: {profile or none}\n{h}: {history or none}"
 
