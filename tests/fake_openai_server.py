@@ -25,7 +25,8 @@ Retry-After when fail_first.retry_after is set), or one of:
   "truncated"       200, Content-Length promises the whole body but half is sent, then the connection
                     closes; for a streaming request, two SSE chunks and then the cut (no [DONE])
 
-Log entries: {"key": prompt hash, "status": 200 | HTTP status | fault name, "t": time, "stream": bool}.
+Log entries: {"key": prompt hash, "status": 200 | HTTP status | fault name, "t": time, "stream": bool,
+"model": requested model, "auth_sha256": sha256 of the Authorization header (the key itself is never logged)}.
 """
 
 from __future__ import annotations
@@ -224,7 +225,9 @@ async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
                 body = json.loads(raw)
                 key = prompt_key(body)
                 status, still_open = await _chat(body, key, headers, writer)
-                _log({"key": key, "status": status, "t": time.time(), "stream": bool(body.get("stream"))})
+                auth = headers.get("authorization", "")
+                _log({"key": key, "status": status, "t": time.time(), "stream": bool(body.get("stream")),
+                      "model": body.get("model"), "auth_sha256": hashlib.sha256(auth.encode()).hexdigest()})
                 if not still_open:
                     return
             else:

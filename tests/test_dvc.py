@@ -207,7 +207,7 @@ def test_dvc_repro_runs_every_stage_and_reruns_only_the_changed_tenant(project):
         return set(re.findall(r"Running stage '([\w@-]+)'", out))
 
     # The data half (`dvc repro summarize`: every stage upstream of summary.json). Training, eval and report
-    # through DVC: tests/test_report.py::test_dvc_adopts_the_run_and_reruns_only_the_changed_tenant.
+    # through DVC: tests/test_pipeline_e2e.py::test_dvc_adopts_the_run_and_reruns_only_the_changed_tenant.
     every = {f"{s}@{t}" for s, t in dvc_stages() if s in DATA_STAGES}
     run("git", "init", "-q")
     dvc("init", "-q")

@@ -2,7 +2,7 @@
 and sample trace of `qrewrite lineage show`, no secrets, and the UPSTREAM map matching the Snakemake rules.
 
 The model folders here are small stand-in files (TEST FAKES: lineage only hashes bytes); the data artifacts
-are real, made by the data-half commands. Real trained models are verified in tests/test_report.py."""
+are real, made by the data-half commands. Real trained models are verified in tests/test_pipeline_e2e.py."""
 
 from __future__ import annotations
 

@@ -27,8 +27,8 @@ P = tenant_paths(TENANT)
 KEY_ENV = "QR_SENTINEL_KEY"
 SENTINEL = "sk-qrewrite-SENTINEL-7f3c9a1e5b2d4c6f8a0b1d2e3f4a5b6c"
 
-# What the run builds, in one place. Extend as rules land: training (TensorBoard events under
-# logs/tensorboard/), eval reports, lineage.
+# The data half, with the teacher and the RAG service behind keys. The training and eval half (RL judge, API
+# eval candidate; TensorBoard events, lineage, reports) is searched the same way in test_pipeline_e2e.
 SNAKEMAKE_TARGETS = [P["summary"], P["train"], P["val"], P["test"]]
 
 # After Snakemake: an RL reward-scoring pass with the OpenAI judge (writes cache/reward/{rag,judge}).

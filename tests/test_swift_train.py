@@ -1,5 +1,5 @@
 """ms-swift 4.x training commands: the pure argv builders (the real CPU run of the same chain, through the
-Snakemake rules, is tests/test_train_pipeline.py).
+Snakemake rules, is tests/test_pipeline_e2e.py).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Training stages around the frameworks: RL data, the reward monitor, the env switch, the verl command.
 
-The real ms-swift runs are in tests/test_train_pipeline.py (Snakemake, CPU); verl's own loaders in
+The real ms-swift runs are in tests/test_pipeline_e2e.py (Snakemake, CPU); verl's own loaders in
 tests/test_verl.py and here (our rl-data parquet through RLHFDataset).
 """
 

