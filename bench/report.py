@@ -91,7 +91,7 @@ def stage_rows() -> list[str]:
     tenants: list[str] = []
     for name, v in r6["per_rule"].items():
         tenant, _, rule = name.rpartition("/")
-        tenant = tenant or "-"
+        tenant = tenant or "both tenants"
         by_rule[rule][tenant] = v["s"]
         if tenant not in tenants:
             tenants.append(tenant)
