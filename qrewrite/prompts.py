@@ -23,6 +23,10 @@ def prompt_field(text: str) -> str:
     return _LINE_BREAKS.sub(" ", _CONTROL_TOKENS.sub("", text or "")).strip()
 
 
+def has_control_tokens(text: str) -> bool:
+    return bool(_CONTROL_TOKENS.search(text or ""))
+
+
 def user_message(query: str, profile: str, history: str, language: str = "zh") -> str:
     q, p, h, none = _LABELS[language]
     query, profile, history = prompt_field(query), prompt_field(profile), prompt_field(history)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 
-from .prompts import rewrite_messages
+from .prompts import has_control_tokens, rewrite_messages
 from .text import normalize
 
 SPLITS = ("train", "val", "test")
@@ -44,6 +44,9 @@ def build_splits(cfg: dict, tenant: dict, queries: list[dict], teacher_rows: lis
             dropped[reason] += 1
             continue
         q, t = by_q[v["id"]], by_t[v["id"]]
+        if has_control_tokens(t["rewrite"]):  # trained on, they would teach the student to open chat turns
+            dropped["control_tokens_in_rewrite"] += 1
+            continue
         messages = rewrite_messages(tenant, q) + [{"role": "assistant", "content": t["rewrite"]}]
         dedupe_key = (messages[1]["content"], t["rewrite"])
         if dedupe_key in seen:
