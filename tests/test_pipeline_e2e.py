@@ -182,6 +182,7 @@ def test_pipeline_evaluates_every_candidate_for_both_tenants(run):
         doc = json.loads((root / eval_paths(t)["eval_json"]).read_text())
         assert list(doc["candidates"]) == ["raw", "teacher", "base", "sft", "rl", "api"] and doc["n_queries"] == 3
         assert set(doc["headline"]) == {"teacher", "sft", "rl"}
+        assert (doc["judge"]["provider"], doc["judge"]["model"]) == ("openai", "judge-model")
         for name in ("base", "sft", "rl"):
             c = doc["candidates"][name]
             assert c["kind"] == "model" and c["latency_s"]["p50"] > 0 and c["cost_per_1k_usd"] > 0
