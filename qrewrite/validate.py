@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from tqdm import tqdm
-
 from .metrics import summarize_hits
 from .rag.cache import cached_http_rag
 from .rag.providers import make_rag
+from .tasks import gather_with_progress
 
 
 async def run_validation(cfg: dict, tenant: dict, queries: list[dict], teacher_rows: list[dict], *,
@@ -28,18 +27,10 @@ async def run_validation(cfg: dict, tenant: dict, queries: list[dict], teacher_r
                 "rewrite_rag": rw, "original_rag": og, "gain": round(rw["quality"] - og["quality"], 6),
                 "rag_provider": cfg["rag"]["provider"]}
 
-    tasks = [asyncio.create_task(one(t)) for t in ok]
-    out = []
     try:
-        bar = tqdm(total=len(tasks), desc=f"validate[{tenant['name']}:{cfg['rag']['provider']}]", unit="q",
-                   disable=not progress, mininterval=0.5)
-        for fut in asyncio.as_completed(tasks):
-            out.append(await fut)
-            bar.update(1)
-        bar.close()
+        out = await gather_with_progress((one(t) for t in ok), progress=progress,
+                                         desc=f"validate[{tenant['name']}:{cfg['rag']['provider']}]")
     finally:
-        for t in tasks:
-            t.cancel()
         await rag.aclose()
     order = {t["id"]: i for i, t in enumerate(ok)}
     out.sort(key=lambda r: order[r["id"]])

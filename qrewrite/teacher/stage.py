@@ -6,10 +6,9 @@ import asyncio
 import time
 from collections import Counter
 
-from tqdm import tqdm
-
 from ..errors import ServiceUnavailable
 from ..prompts import prompt_hash, rewrite_messages
+from ..tasks import gather_with_progress
 from .cache import DiskCache, call_key
 from .openai_teacher import CallFailed, OpenAITeacher
 from .prf import PrfTeacher
@@ -76,18 +75,10 @@ async def run_teacher(cfg: dict, tenant: dict, queries: list[dict], *, progress:
         new_calls.append(key)
         return {**base, "status": "ok", "reason": None, **out}
 
-    tasks = [asyncio.create_task(one(r)) for r in queries]
-    results = []
     try:
-        bar = tqdm(total=len(tasks), desc=f"teacher[{tenant['name']}:{teacher.provider}]", unit="q",
-                   disable=not progress, mininterval=0.5)
-        for fut in asyncio.as_completed(tasks):
-            results.append(await fut)
-            bar.update(1)
-        bar.close()
+        results = await gather_with_progress((one(r) for r in queries),
+                                             desc=f"teacher[{tenant['name']}:{teacher.provider}]", progress=progress)
     finally:
-        for t in tasks:
-            t.cancel()
         if hasattr(teacher, "aclose"):
             await teacher.aclose()
     # Down: a run of transient failures, or (fewer calls than the breaker) not one call got through.
