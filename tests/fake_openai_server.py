@@ -38,31 +38,14 @@ import json
 import socket
 import struct
 import time
-from pathlib import Path
 
-STATE: Path = Path(".")
-_seen: dict[str, int] = {}
-_ok_total = 0
-_log_fh = None
+from scripted_state import ScriptedState
+
+STATE: ScriptedState = ScriptedState(".")
 REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
            408: "Request Timeout", 429: "Too Many Requests", 500: "Internal Server Error", 502: "Bad Gateway",
            503: "Service Unavailable", 504: "Gateway Timeout"}
 FAULTS = ("timeout", "reset", "malformed_json", "empty_choices", "truncated")
-
-
-def _script() -> dict:
-    try:
-        return json.loads((STATE / "script.json").read_text())
-    except FileNotFoundError:
-        return {}
-
-
-def _log(entry: dict) -> None:
-    global _log_fh
-    if _log_fh is None:
-        _log_fh = open(STATE / "requests.jsonl", "a", buffering=1)
-    _log_fh.write(json.dumps(entry, ensure_ascii=False) + "\n")
-    _log_fh.flush()  # the server outlives its clients; the OS page cache is enough for the tests
 
 
 def _head(status: int, headers: dict) -> bytes:
@@ -116,25 +99,14 @@ def prompt_key(body: dict) -> str:
 
 async def _chat(body: dict, key: str, headers: dict, writer: asyncio.StreamWriter) -> tuple[str | int, bool]:
     """Answer one chat completion; return (what to log as its status, whether the connection stays open)."""
-    global _ok_total
-    script = _script()
+    script = STATE.script()
     user = next((m["content"] for m in reversed(body["messages"]) if m["role"] == "user"), "")
-    _seen[key] = _seen.get(key, 0) + 1
+    STATE.arrive(key)
     stream = bool(body.get("stream"))
     if script.get("latency_s"):
         await asyncio.sleep(script["latency_s"])
-    fault: int | str = 200
-    for marker, what in (script.get("fail_if_contains") or {}).items():
-        if marker in user:
-            fault = what
+    fault = STATE.fault(script, key, user, "fail_first")
     first = script.get("fail_first")
-    if fault == 200 and first and _seen[key] <= first["n"]:
-        fault = first["status"]
-    down = script.get("down_after")
-    if fault == 200 and down and _ok_total >= down["n"]:
-        fault = down["status"]
-    if fault == 200:
-        _ok_total += 1  # counted on admission, so concurrent requests cannot overshoot down_after.n
 
     if fault == "reset":
         _reset(writer)
@@ -226,7 +198,7 @@ async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
                 key = prompt_key(body)
                 status, still_open = await _chat(body, key, headers, writer)
                 auth = headers.get("authorization", "")
-                _log({"key": key, "status": status, "t": time.time(), "stream": bool(body.get("stream")),
+                STATE.log({"key": key, "status": status, "t": time.time(), "stream": bool(body.get("stream")),
                       "model": body.get("model"), "auth_sha256": hashlib.sha256(auth.encode()).hexdigest()})
                 if not still_open:
                     return
@@ -253,5 +225,5 @@ if __name__ == "__main__":
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--state", required=True)
     args = parser.parse_args()
-    STATE = Path(args.state)
+    STATE = ScriptedState(args.state)
     asyncio.run(_main(args.port))

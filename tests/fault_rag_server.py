@@ -23,27 +23,10 @@ import asyncio
 import hashlib
 import json
 import time
-from pathlib import Path
 
-STATE: Path = Path(".")
-_seen: dict[str, int] = {}
-_ok_total = 0
-_log_fh = None
+from scripted_state import ScriptedState
 
-
-def _script() -> dict:
-    try:
-        return json.loads((STATE / "script.json").read_text())
-    except FileNotFoundError:
-        return {}
-
-
-def _log(entry: dict) -> None:
-    global _log_fh
-    if _log_fh is None:
-        _log_fh = open(STATE / "requests.jsonl", "a", buffering=1)
-    _log_fh.write(json.dumps(entry) + "\n")
-    _log_fh.flush()
+STATE: ScriptedState = ScriptedState(".")
 
 
 def request_key(payload: dict) -> str:
@@ -58,7 +41,6 @@ class FaultInjector:
         self.app = app
 
     async def __call__(self, scope, receive, send):
-        global _ok_total
         if scope["type"] != "http" or scope["method"] != "POST":
             return await self.app(scope, receive, send)
         chunks = []
@@ -73,25 +55,16 @@ class FaultInjector:
         except ValueError:
             payload = {}
         key = request_key(payload if isinstance(payload, dict) else {})
-        _seen[key] = _seen.get(key, 0) + 1
-        script = _script()
+        STATE.arrive(key)
+        script = STATE.script()
         if script.get("latency_s"):
             await asyncio.sleep(script["latency_s"])
-        status, headers = 200, []
         text = f"{payload.get('query', '')} {payload.get('rewritten_query') or ''}" if isinstance(payload, dict) else ""
-        for marker, code in (script.get("fail_if_contains") or {}).items():
-            if marker in text:
-                status = code
+        status = STATE.fault(script, key, text, "fail")
+        headers = []
         fail = script.get("fail")
-        if status == 200 and fail and ("n" not in fail or _seen[key] <= fail["n"]):
-            status = fail["status"]
-            if "retry_after" in fail:
-                headers.append((b"retry-after", str(fail["retry_after"]).encode()))
-        down = script.get("down_after")
-        if status == 200 and down and _ok_total >= down["n"]:
-            status = down["status"]
-        if status == 200:
-            _ok_total += 1  # counted on admission, so concurrent requests cannot overshoot down_after.n
+        if fail and status == fail["status"] and "retry_after" in fail:
+            headers.append((b"retry-after", str(fail["retry_after"]).encode()))
         ctype = b"application/json"
         if status != 200:
             body = json.dumps({"code": status, "message": f"scripted {status}"}).encode()
@@ -106,7 +79,7 @@ class FaultInjector:
                         "headers": [(b"content-type", ctype), (b"content-length", str(len(body)).encode()),
                                     *headers]})
             await send({"type": "http.response.body", "body": body})
-            _log({"key": key, "status": status, "t": time.time()})
+            STATE.log({"key": key, "status": status, "t": time.time()})
             return
 
         sent = {"status": None}
@@ -120,7 +93,7 @@ class FaultInjector:
             await send(message)
 
         await self.app(scope, replay, capture)
-        _log({"key": key, "status": sent["status"], "t": time.time()})
+        STATE.log({"key": key, "status": sent["status"], "t": time.time()})
 
 
 def main() -> None:
@@ -135,7 +108,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--state", required=True)
     args = parser.parse_args()
-    STATE = Path(args.state)
+    STATE = ScriptedState(args.state)
     uvicorn.run(FaultInjector(create_app(load_config(args.config))), host="127.0.0.1", port=args.port,
                 log_level="warning")
 

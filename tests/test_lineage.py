@@ -71,15 +71,21 @@ def make_chain(project: Project, slurm: str | None = None) -> dict[str, Path]:
     return out
 
 
-@pytest.fixture(scope="module")
-def chain(tmp_path_factory):
-    project = Project(tmp_path_factory.mktemp("lineage") / "proj")
+def data_half(root: Path, n_queries: int) -> Project:
+    """A project with tenant T alone, its first `n_queries` demo rows run through the data stages."""
+    project = Project(root)
     cfg = project.config
     cfg["tenants"] = [t for t in cfg["tenants"] if t["name"] == T]
     project.set_config(cfg)
-    project.keep_queries(T, 50)
+    project.keep_queries(T, n_queries)
     for stage in ("build-excel", "ingest", "teach", "validate", "split"):
         project.stage(stage)
+    return project
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory):
+    project = data_half(tmp_path_factory.mktemp("lineage") / "proj", 50)
     project.qrewrite("rl-data", "--config", "config.yaml", "--tenant", T, "--train", P["train"], "--val", P["val"],
                      "--queries", P["queries"], "--out-dir", P["rl_dir"])
     return project, make_chain(project, slurm="4242")
@@ -203,13 +209,7 @@ def test_show_prints_the_tree_and_traces_a_sample_to_its_excel_row_and_teacher_c
 
 def test_verify_checks_every_samples_links(tmp_path):
     """A sample whose raw row disagrees with queries.jsonl fails verify even though every hash matches."""
-    project = Project(tmp_path / "proj")
-    cfg = project.config
-    cfg["tenants"] = [t for t in cfg["tenants"] if t["name"] == T]
-    project.set_config(cfg)
-    project.keep_queries(T, 30)
-    for stage in ("build-excel", "ingest", "teach", "validate", "split"):
-        project.stage(stage)
+    project = data_half(tmp_path / "proj", 30)
     train = project.root / P["train"]
     rows = project.read_jsonl(P["train"])
     rows[1]["meta"]["raw_row"] += 1000
