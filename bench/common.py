@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -42,6 +43,32 @@ def machine() -> dict:
 
 def median(xs: list[float]) -> float:
     return round(statistics.median(xs), 4)
+
+
+def against_bound(concurrency: int, walls: list[float], bound: float) -> dict:
+    """Median wall time of `walls` as a ratio to `bound` (1.0 = the service's latency is the only cost)."""
+    return {"concurrency": concurrency, "wall_s": median(walls), "walls_s": [round(w, 3) for w in walls],
+            "bound_s": round(bound, 3), "ratio_to_bound": round(bound / median(walls), 3)}
+
+
+def concurrency_sweep(run: Callable[[int, int], float], *, n: int, seq_n: int, concurrencies: list[int],
+                      repeats: int, latency: float, calls_per_row: int, rate_key: str) -> tuple[list[float], float,
+                                                                                               list[dict]]:
+    """Benches 1 and 2: `run(rows, concurrency)` → wall seconds of the stage over the first `rows` rows, cold.
+
+    Returns the sequential baseline's walls (seq_n rows at concurrency 1), its calls per second, and per
+    concurrency C the median of `repeats` runs over n rows against the bound calls·L/C, with the speedup over
+    the baseline (ideal: C)."""
+    seq_walls = [run(seq_n, 1) for _ in range(repeats)]
+    seq_rate = calls_per_row * seq_n / median(seq_walls)
+    results = []
+    for c in concurrencies:
+        walls = [run(n, c) for _ in range(repeats)]
+        rate = calls_per_row * n / median(walls)
+        results.append({**against_bound(c, walls, calls_per_row * n * latency / c), rate_key: round(rate, 2),
+                        "speedup_vs_sequential": round(rate / seq_rate, 2), "ideal_speedup": c})
+        print(json.dumps(results[-1]))
+    return seq_walls, seq_rate, results
 
 
 def write_result(name: str, data: dict) -> Path:

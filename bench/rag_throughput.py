@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import tempfile
 import time
 from pathlib import Path
 
-from common import (config_for, fault_rag, median, qrewrite, scratch_project, synthetic_queries, update_config,
-                    write_result)
+from common import (against_bound, concurrency_sweep, config_for, fault_rag, qrewrite, scratch_project,
+                    synthetic_queries, update_config, write_result)
 
 
 def teacher_rows(queries: list[dict]) -> list[dict]:
@@ -60,26 +61,11 @@ def main() -> None:
             run_stage(cfg, tenant, queries[:100], 1, tmp / "warmup")
             service_s = (time.perf_counter() - t0) / 200
             server.script(latency_s=args.latency)
-            run = 0
-
-            def fresh() -> Path:
-                nonlocal run
-                run += 1
-                return tmp / f"cache{run}"
-
-            seq_walls = [run_stage(cfg, tenant, queries[: args.seq_n], 1, fresh()) for _ in range(args.repeats)]
-            seq_sps = 2 * args.seq_n / median(seq_walls)
-            results = []
-            for c in args.concurrency:
-                walls = [run_stage(cfg, tenant, queries, c, fresh()) for _ in range(args.repeats)]
-                wall = median(walls)
-                bound = 2 * args.n * args.latency / c
-                sps = 2 * args.n / wall
-                results.append({"concurrency": c, "wall_s": wall, "walls_s": [round(w, 3) for w in walls],
-                                "bound_s": round(bound, 3), "ratio_to_bound": round(bound / wall, 3),
-                                "searches_per_s": round(sps, 2), "speedup_vs_sequential": round(sps / seq_sps, 2),
-                                "ideal_speedup": c})
-                print(json.dumps(results[-1]))
+            caches = (tmp / f"cache{i}" for i in itertools.count(1))  # a cold cache for every run
+            seq_walls, seq_sps, results = concurrency_sweep(
+                lambda rows, c: run_stage(cfg, tenant, queries[:rows], c, next(caches)), n=args.n, seq_n=args.seq_n,
+                concurrencies=args.concurrency, repeats=args.repeats, latency=args.latency, calls_per_row=2,
+                rate_key="searches_per_s")
             c = args.concurrency[0]
             from qrewrite.io_utils import write_jsonl
 
@@ -93,9 +79,7 @@ def main() -> None:
                                           f"v{i}.jsonl", "--stats", f"s{i}.json", "--no-progress"))
         finally:
             server.stop()
-    bound = 2 * args.n * args.latency / c
-    cli = {"concurrency": c, "wall_s": median(cli_walls), "walls_s": [round(w, 3) for w in cli_walls],
-           "bound_s": round(bound, 3), "ratio_to_bound": round(bound / median(cli_walls), 3)}
+    cli = against_bound(c, cli_walls, 2 * args.n * args.latency / c)
     print(json.dumps({"cli": cli}))
     write_result("rag_throughput", {
         "what": "validation stage (http provider) against the real RAG app with injected latency L",

@@ -26,6 +26,11 @@ def _pct(x: float) -> str:
     return f"{100 * x:.0f} %"
 
 
+def _cli_row(bench: int, label: str, c: dict) -> str:
+    return (f"| {bench} | {label} | C={c['concurrency']} | {c['wall_s']:.1f} s | {_pct(c['ratio_to_bound'])} of "
+            f"{c['bound_s']:.1f} s |")
+
+
 def summary_rows() -> list[str]:
     rows = ["| # | bench | setting | result | vs bound / target |", "|---|---|---|---|---|"]
     t = _load("teacher_throughput")
@@ -36,9 +41,7 @@ def summary_rows() -> list[str]:
                         f"{r['wall_s']:.1f} s ({r['queries_per_s']:.0f} q/s); {r['speedup_vs_sequential']:.1f}x the "
                         f"sequential baseline ({seq['queries_per_s']:.1f} q/s; ideal {r['ideal_speedup']}x) | "
                         f"**{_pct(r['ratio_to_bound'])}** of N·L/C = {r['bound_s']:.1f} s (target ≥ 90 %) |")
-        c = t["cli"]
-        rows.append(f"| 1 | teacher stage, as a rule runs it (`qrewrite teach`, new process) | C={c['concurrency']} | "
-                    f"{c['wall_s']:.1f} s | {_pct(c['ratio_to_bound'])} of {c['bound_s']:.1f} s |")
+        rows.append(_cli_row(1, "teacher stage, as a rule runs it (`qrewrite teach`, new process)", t["cli"]))
     r2 = _load("rag_throughput")
     if r2:
         seq = r2["sequential"]
@@ -48,9 +51,7 @@ def summary_rows() -> list[str]:
                         f"({r['searches_per_s']:.0f} searches/s); {r['speedup_vs_sequential']:.1f}x sequential "
                         f"({seq['searches_per_s']:.1f}/s; ideal {r['ideal_speedup']}x) | "
                         f"**{_pct(r['ratio_to_bound'])}** of 2N·L/C = {r['bound_s']:.1f} s (target ≥ 90 %) |")
-        c = r2["cli"]
-        rows.append(f"| 2 | RAG validation, as a rule runs it (`qrewrite validate`) | C={c['concurrency']} | "
-                    f"{c['wall_s']:.1f} s | {_pct(c['ratio_to_bound'])} of {c['bound_s']:.1f} s |")
+        rows.append(_cli_row(2, "RAG validation, as a rule runs it (`qrewrite validate`)", r2["cli"]))
     r3 = _load("rerun_cost")
     if r3:
         cold, warm = r3["cold"], r3["warm_median"]

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import tempfile
 import time
 from pathlib import Path
 
-from common import (config_for, fake_openai, median, qrewrite, scratch_project, synthetic_queries, update_config,
-                    write_result)
+from common import (against_bound, concurrency_sweep, config_for, fake_openai, qrewrite, scratch_project,
+                    synthetic_queries, update_config, write_result)
 
 KEY = {"QR_BENCH_KEY": "sk-bench-not-a-real-key"}
 
@@ -57,26 +58,11 @@ def main() -> None:
                 "base_url": server.url, "model": "bench", "api_key_env": "QR_BENCH_KEY", "backoff_base_s": 0.0}})
             cfg, tenant = config_for(root)
             queries = synthetic_queries(args.n)
-            run = 0
-
-            def fresh() -> Path:
-                nonlocal run
-                run += 1
-                return tmp / f"cache{run}"
-
-            seq_walls = [run_stage(cfg, tenant, queries[: args.seq_n], 1, fresh()) for _ in range(args.repeats)]
-            seq_qps = args.seq_n / median(seq_walls)
-            results = []
-            for c in args.concurrency:
-                walls = [run_stage(cfg, tenant, queries, c, fresh()) for _ in range(args.repeats)]
-                wall = median(walls)
-                bound = args.n * args.latency / c
-                qps = args.n / wall
-                results.append({"concurrency": c, "wall_s": wall, "walls_s": [round(w, 3) for w in walls],
-                                "bound_s": round(bound, 3), "ratio_to_bound": round(bound / wall, 3),
-                                "queries_per_s": round(qps, 2), "speedup_vs_sequential": round(qps / seq_qps, 2),
-                                "ideal_speedup": c})
-                print(json.dumps(results[-1]))
+            caches = (tmp / f"cache{i}" for i in itertools.count(1))  # a cold cache for every run
+            seq_walls, seq_qps, results = concurrency_sweep(
+                lambda rows, c: run_stage(cfg, tenant, queries[:rows], c, next(caches)), n=args.n, seq_n=args.seq_n,
+                concurrencies=args.concurrency, repeats=args.repeats, latency=args.latency, calls_per_row=1,
+                rate_key="queries_per_s")
             # The stage as a rule runs it: one `qrewrite teach` process, cold cache.
             c = args.concurrency[0]
             update_config(root, teacher={"concurrency": c})
@@ -93,9 +79,7 @@ def main() -> None:
             calls = len(server.requests())
         finally:
             server.stop()
-    bound = args.n * args.latency / c
-    cli = {"concurrency": c, "wall_s": median(cli_walls), "walls_s": [round(w, 3) for w in cli_walls],
-           "bound_s": round(bound, 3), "ratio_to_bound": round(bound / median(cli_walls), 3)}
+    cli = against_bound(c, cli_walls, args.n * args.latency / c)
     print(json.dumps({"cli": cli}))
     write_result("teacher_throughput", {
         "what": "teacher stage (openai provider) against the test OpenAI server with injected latency L",
