@@ -220,11 +220,15 @@ def _eval_stages(cfg: dict, raw: dict, config_path: str, params) -> dict:
     e = eval_paths(KEY)
     split = p[ecfg["split"]]
     all_rewrites = [e["rewrites"].replace("{candidate}", c["name"]) for c in ecfg["candidates"]]
+    # A foreach template needs the same keys in every item: the labels are a dep when every tenant has them.
+    labelled = all(t.get("judge_labels") for t in tenants)
     stages["eval"] = _stage(
-        {t["name"]: {"kb": t["kb"]["path"]} for t in tenants},
+        {t["name"]: {"kb": t["kb"]["path"], **({"judge_labels": t["judge_labels"]} if labelled else {})}
+         for t in tenants},
         f"qrewrite eval --config {config_path} --tenant {KEY} --test {split} --queries {p['queries']}"
         f" --rewrites {' '.join(all_rewrites)} --out {e['eval_json']} --examples {e['examples']} --plots {e['plots']}",
-        deps=[split, p["queries"], "${item.kb}", *all_rewrites], outs=[e["examples"]],
+        deps=[split, p["queries"], "${item.kb}", *(["${item.judge_labels}"] if labelled else []), *all_rewrites],
+        outs=[e["examples"]],
         params=params("eval", "reward", "rag"), metrics=[e["eval_json"]],
         plots=[{e["plots"]: {"cache": False, "x": "hit_at_1", "y": "candidate", "template": "bar_horizontal"}}])
     names = [t["name"] for t in tenants]

@@ -23,6 +23,7 @@ def build_summary(tenant: str, stats: dict[str, dict]) -> dict:
                                                       "failed_calls", "tokens", "cost_usd")},
         "retrieval": {"hit_at_1": stats["validate"]["hit_at_1"],
                       "rewrite_beats_original_share": stats["validate"]["rewrite_beats_original_share"]},
+        "signals": stats["validate"].get("signals"),
         "splits": stats["split"]["splits"],
         "stages": stats,
     }

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
-from .metrics import summarize_hits
+from .entities import EntityLexicon
+from .kb import load_kb
+from .metrics import TIE_RULE, summarize_hits
 from .rag.cache import cached_http_rag
-from .rag.providers import make_rag
+from .rag.providers import LocalRag, local_retriever, make_rag
+from .signals import score_agreement
 from .tasks import gather_with_progress
 
 
@@ -14,6 +17,7 @@ async def run_validation(cfg: dict, tenant: dict, queries: list[dict], teacher_r
                          progress: bool = True) -> tuple[list[dict], dict]:
     by_id = {q["id"]: q for q in queries}
     ok = [t for t in teacher_rows if t["status"] == "ok"]
+    quality = cfg["rag"]["quality"]
     rag = make_rag(cfg, tenant)
     if cfg["rag"]["provider"] == "http":
         rag = cached_http_rag(rag, cfg, tenant)  # a rerun (also after kill -9) repeats no completed call
@@ -21,8 +25,8 @@ async def run_validation(cfg: dict, tenant: dict, queries: list[dict], teacher_r
     async def one(t: dict) -> dict:
         q = by_id[t["id"]]
         rewritten, original = await asyncio.gather(rag.search(q["query"], t["rewrite"]), rag.search(q["query"]))
-        rw = summarize_hits(rewritten, q["gold_doc_ids"])
-        og = summarize_hits(original, q["gold_doc_ids"])
+        rw = summarize_hits(rewritten, q["gold_doc_ids"], quality)
+        og = summarize_hits(original, q["gold_doc_ids"], quality)
         return {"id": q["id"], "query": q["query"], "rewrite": t["rewrite"], "gold_doc_ids": q["gold_doc_ids"],
                 "rewrite_rag": rw, "original_rag": og, "gain": round(rw["quality"] - og["quality"], 6),
                 "rag_provider": cfg["rag"]["provider"]}
@@ -36,12 +40,45 @@ async def run_validation(cfg: dict, tenant: dict, queries: list[dict], teacher_r
     out.sort(key=lambda r: order[r["id"]])
     with_gold = [r for r in out if r["gold_doc_ids"]]
 
-    def hit1(side):
-        return round(sum(1 for r in with_gold if r[side]["gold_rank"] == 1) / len(with_gold), 4) if with_gold else None
+    def hit1(side):  # tie-aware (qrewrite.metrics.TIE_RULE)
+        return round(sum(r[side]["hit_at_1"] for r in with_gold) / len(with_gold), 4) if with_gold else None
+
+    signals = await _signal_checks(cfg, tenant, queries, ok, quality) if with_gold else None
 
     stats = {"stage": "validate", "in": len(teacher_rows), "out": len(out),
              "dropped": {"teacher_failed": len(teacher_rows) - len(ok)}, "rag_calls": rag.calls,
              "rag_cache_hits": getattr(rag, "hits", 0),
-             "hit_at_1": {"original": hit1("original_rag"), "rewrite": hit1("rewrite_rag"), "n": len(with_gold)},
+             "hit_at_1": {"original": hit1("original_rag"), "rewrite": hit1("rewrite_rag"), "n": len(with_gold),
+                          "tie_rule": TIE_RULE},
+             "signals": signals,
              "rewrite_beats_original_share": round(sum(1 for r in out if r["gain"] > 0) / len(out), 4) if out else None}
     return out, stats
+
+
+async def _signal_checks(cfg: dict, tenant: dict, queries: list[dict], teacher_ok: list[dict], quality: str) -> dict:
+    """Agreement of the configured retrieval score with gold (``qrewrite.signals``); with the local
+    provider, every local score is measured, so the seed's coverage score stays on record beside it."""
+    lexicon = EntityLexicon.from_docs(load_kb(tenant["kb"]["path"]))
+    teacher = {t["id"]: t["rewrite"] for t in teacher_ok}
+    rag = make_rag(cfg, tenant)
+    if cfg["rag"]["provider"] == "http":
+        rag = cached_http_rag(rag, cfg, tenant)
+    try:
+        active = await score_agreement(rag, queries, teacher, lexicon, quality)
+    finally:
+        await rag.aclose()
+    out = {"score_agreement": {"provider": cfg["rag"]["provider"], **active}}
+    if cfg["rag"]["provider"] == "local":
+        active_score = cfg["rag"]["local"]["score"]
+        out["score_agreement"]["score"] = active_score
+        others = {}
+        for score in ("relevance", "coverage"):
+            if score == active_score:
+                continue
+            for q in ("top1", "seed"):
+                alt = {**cfg, "rag": {**cfg["rag"], "local": {**cfg["rag"]["local"], "score": score}}}
+                r = LocalRag(local_retriever(alt, tenant), top_k=cfg["rag"]["top_k"], score_threshold=0.0)
+                res = await score_agreement(r, queries, teacher, lexicon, q)
+                others[f"{score}/{q}"] = {k: res[k] for k in ("agreement", "pairs", "agreed")}
+        out["score_agreement"]["alternatives"] = others
+    return out

@@ -94,6 +94,7 @@ rule eval:
         test=T(EVAL["split"]),
         queries=T("queries"),
         kb=lambda wc: TENANTS[wc.tenant]["kb"]["path"],
+        judge_labels=lambda wc: TENANTS[wc.tenant]["judge_labels"] or [],
         rewrites=eval_rewrites_of,
     output:
         eval_json=report(E("eval_json"), category="Evaluation", subcategory="{tenant}", labels={"tenant": "{tenant}", "file": "eval.json"}),

@@ -27,7 +27,7 @@ def get(cfg: dict, dotted: str):
 
 
 DEFAULTS = [
-    ("teacher.provider", "prf"),
+    ("teacher.provider", "resolve"),
     ("teacher.concurrency", 10),
     ("teacher.cache_dir", "cache/teacher"),
     ("teacher.openai.temperature", 0.3),
@@ -51,8 +51,8 @@ DEFAULTS = [
     ("tenants.0.columns.profile", "用户画像"),
     ("tenants.0.columns.history", "历史摘要"),
     ("tenants.0.columns.gold", "相关文档"),
-    ("tenants.0.thresholds.top1", 0.6),
-    ("tenants.0.thresholds.require_gain", False),
+    ("tenants.0.thresholds.top1", 0.1),
+    ("tenants.0.thresholds.require_gain", True),
     ("tenants.0.thresholds.max_query_chars", 500),
 ]
 
@@ -69,16 +69,16 @@ def test_validate_does_not_mutate_input_and_defaults_are_not_shared():
     assert raw == before
     cfg["tenants"][0]["thresholds"]["top1"] = 0.9
     cfg["tenants"][0]["columns"]["query"] = "Q"
-    assert cfg["tenants"][1]["thresholds"]["top1"] == 0.6
+    assert cfg["tenants"][1]["thresholds"]["top1"] == 0.1
     assert cfg["tenants"][1]["columns"]["query"] == "问题"
-    assert validate_config(raw)["tenants"][0]["thresholds"]["top1"] == 0.6
+    assert validate_config(raw)["tenants"][0]["thresholds"]["top1"] == 0.1
 
 
 def test_explicit_values_win_over_defaults():
     raw = {"tenants": [tenant(thresholds={"top1": 0.75}, columns={"query": "Question"})],
            "teacher": {"provider": "openai", "openai": {"temperature": 0.0}}, "split": {"seed": 7}}
     cfg = validate_config(raw)
-    assert cfg["tenants"][0]["thresholds"] == {"top1": 0.75, "require_gain": False, "max_query_chars": 500}
+    assert cfg["tenants"][0]["thresholds"] == {"top1": 0.75, "require_gain": True, "max_query_chars": 500}
     assert cfg["tenants"][0]["columns"]["query"] == "Question"
     assert cfg["tenants"][0]["columns"]["profile"] == "用户画像"
     assert cfg["teacher"]["openai"]["temperature"] == 0.0 and cfg["teacher"]["openai"]["max_tokens"] == 200
@@ -153,7 +153,7 @@ def test_cli_config_prints_filled_config(project, which):
     printed = yaml.safe_load(proc.stdout)
     assert printed == load_config(project.config_path)
     assert printed["teacher"]["openai"]["temperature"] == 0.3
-    assert printed["tenants"][0]["thresholds"]["top1"] == 0.6
+    assert printed["tenants"][0]["thresholds"]["top1"] == 0.1
     assert printed["split"] == {"seed": 42, "train": 0.8, "val": 0.1, "test": 0.1}
     assert proc.stderr.strip() == ""
 

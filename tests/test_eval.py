@@ -95,20 +95,26 @@ def test_rank_metrics_at_the_cutoffs():
 
     class StubRag:  # TEST FAKE: returns scripted hit lists, best first
         order = {"q1": ["g", "a", "b", "c", "d"], "q5": ["a", "b", "c", "d", "g"], "qx": ["a", "b", "c", "d", "e"],
-                 "qn": ["a"]}
+                 "qn": ["a"], "qt": ["a", "g", "b"]}
 
         async def search(self, query, rewrite):
+            if query == "qt":  # gold tied with "a" at the top: the expectation over the order, not list order
+                return [{"doc_id": d, "reranker_score": s} for d, s in zip(self.order[query], (0.9, 0.9, 0.1))]
             return [{"doc_id": d, "reranker_score": 1.0 - 0.1 * i} for i, d in enumerate(self.order[query])]
 
+    qs = ("q1", "q5", "qx", "qn", "qt")
     rows = [{"query_id": q, "query": q, "profile": "", "history": "", "gold_doc_ids": [] if q == "qn" else ["g"]}
-            for q in ("q1", "q5", "qx", "qn")]
-    rws = {q: {"status": "ok", "rewrite": q + " rewritten"} for q in ("q1", "q5", "qx", "qn")}
-    out = {s["query_id"]: s for s in asyncio.run(_score_candidate(StubRag(), RuleJudge(), rows, rws, 0.0))}
+            for q in qs]
+    rws = {q: {"status": "ok", "rewrite": q + " rewritten"} for q in qs}
+    out = {s["query_id"]: s for s in asyncio.run(_score_candidate(StubRag(), RuleJudge(), rows, rws, 0.0, "seed"))}
+    assert (out["qt"]["hit_at_1"], out["qt"]["hit_at_5"], out["qt"]["mrr"]) == (0.5, 1.0, 0.75)
+    assert out["qt"]["gold_rank"] == 2 and out["qt"]["gold_tied"] == 2  # ties count against it in the display rank
     assert (out["q1"]["hit_at_1"], out["q1"]["hit_at_5"], out["q1"]["mrr"]) == (1.0, 1.0, 1.0)
     assert (out["q5"]["hit_at_1"], out["q5"]["hit_at_5"], out["q5"]["mrr"]) == (0.0, 1.0, 0.2)
     assert (out["qx"]["hit_at_1"], out["qx"]["hit_at_5"], out["qx"]["mrr"]) == (0.0, 0.0, 0.0)
     assert (out["qn"]["hit_at_1"], out["qn"]["hit_at_5"], out["qn"]["mrr"]) == (None, None, None)
     assert out["q1"]["top1"] == 1.0 and out["q1"]["mean_top3"] == pytest.approx(0.9)
+    assert out["q1"]["quality"] == pytest.approx(0.6 * 1.0 + 0.4 * 0.9)  # rag.quality seed
     assert out["qn"]["mean_top3"] == pytest.approx(1 / 3)  # missing positions count 0
     assert all(s["judge"] is None for s in out.values())  # share 0: nothing judged
 

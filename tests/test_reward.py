@@ -28,7 +28,7 @@ from qrewrite.rag.local import LocalRetriever
 from qrewrite.reward import DEFAULTS, formula, reward_settings
 from qrewrite.reward.judge import (JudgeReplyError, OpenAIJudge, RuleJudge, judge_messages, judge_sampled,
                                    parse_judge_reply)
-from qrewrite.reward.scorer import RewardSample, RewardScorer, clean_rollout, kb_doc_share
+from qrewrite.reward.scorer import RewardSample, RewardScorer, clean_rollout
 from qrewrite.teacher.cache import DiskCache
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,7 +36,7 @@ KB = REPO / "data" / "kb" / "fivedoctors.jsonl"
 W = DEFAULTS["weights"]
 
 QUERY = "奶蓟草护肝片啥时候吃效果好"
-TEACHER = "奶蓟草护肝片 服用时间 饭后"
+TEACHER = "奶蓟草护肝片饭后吃还是饭前吃效果好"  # a question, as the embedded teacher writes
 
 
 # ------------------------------------------------------------------------------------------ formula
@@ -48,9 +48,10 @@ def test_judge_and_retrieval_terms():
     assert formula.retrieval_term(0.9, 0.6) == pytest.approx(math.tanh(0.9))
     assert formula.retrieval_term(0.0, 1.0) == pytest.approx(math.tanh(-3))
     hits = [{"doc_id": "a", "reranker_score": 0.9}, {"doc_id": "b", "reranker_score": 0.5}]
-    assert formula.quality(hits) == pytest.approx(retrieval_quality(hits))
-    assert formula.quality(hits) == pytest.approx(0.6 * 0.9 + 0.4 * (0.9 + 0.5 + 0) / 3)
-    assert formula.quality_from_summary(top1(hits), mean_top3(hits)) == pytest.approx(formula.quality(hits))
+    assert formula.quality(hits) == pytest.approx(retrieval_quality(hits)) == 0.9   # rag.quality top1
+    assert formula.quality(hits, "seed") == pytest.approx(0.6 * 0.9 + 0.4 * (0.9 + 0.5 + 0) / 3)
+    for q in ("top1", "seed"):
+        assert formula.quality_from_summary(top1(hits), mean_top3(hits), q) == pytest.approx(formula.quality(hits, q))
     assert formula.quality([]) == 0.0
 
 
@@ -139,7 +140,7 @@ def test_sampling_is_deterministic_and_near_share():
 
 @pytest.fixture(scope="module")
 def rule_judge():
-    return RuleJudge("zh", kb_doc_share(_tenant()))
+    return RuleJudge("zh", load_kb(KB))
 
 
 def test_rule_judge_orders_rewrites(rule_judge):
@@ -163,15 +164,20 @@ def test_rule_judge_orders_rewrites(rule_judge):
 
 def test_rule_judge_context_terms(rule_judge):
     q, p, h = "夏天怎么存放", "男, 70岁, 膝关节不好", "用户此前询问了氨糖的适用人群"
-    resolved = rule_judge.score(q, p, h, "氨糖夏天怎么存放")
+    resolved = rule_judge.score(q, p, h, "氨糖软骨素钙片夏天怎么存放")
+    alias = rule_judge.score(q, p, h, "氨糖夏天怎么存放")
     unresolved = rule_judge.score(q, p, h, "夏天怎么存放")
-    assert resolved.score - unresolved.score == pytest.approx(1.0)
-    assert "context" in unresolved.reason
+    wrong = rule_judge.score(q, p, h, "深海鱼油软胶囊夏天怎么存放")
+    aspect = rule_judge.score(q, p, h, "氨糖软骨素钙片适合什么人吃")   # the history's aspect, not the question's
+    assert resolved.score == alias.score == 5.0
+    assert resolved.score - unresolved.score == pytest.approx(3.0) and "does not name" in unresolved.reason
+    assert wrong.score <= 2.0 and "not 氨糖软骨素钙片" in wrong.reason
+    assert aspect.score < 4.0 and "aspect" in aspect.reason
 
 
 def test_rule_judge_is_deterministic(rule_judge):
     a = [rule_judge.score(QUERY, "", "", t) for t in ("奶蓟草护肝片饭后吃", "答：饭后", "x")]
-    b = [RuleJudge("zh", kb_doc_share(_tenant())).score(QUERY, "", "", t) for t in
+    b = [RuleJudge("zh", load_kb(KB)).score(QUERY, "", "", t) for t in
          ("奶蓟草护肝片饭后吃", "答：饭后", "x")]
     assert a == b
 
@@ -411,7 +417,7 @@ def retriever():
 
 
 def _teacher_sample(retriever, rollout, qid="q1", **kw) -> RewardSample:
-    hits = retriever.search(TEACHER, 5)
+    hits = retriever.search(TEACHER, 5, question=QUERY)   # as validation retrieves it: a rewrite of QUERY
     base = dict(query_id=qid, query=QUERY, rollout=rollout, teacher_rewrite=TEACHER, teacher_top1=top1(hits),
                 teacher_mean_top3=mean_top3(hits), gold_doc_ids=["fd-058"])
     base.update(kw)
@@ -429,7 +435,8 @@ def test_scorer_local_rag(tmp_path, retriever):
     assert (same["score"], same["win"], same["judge_term"]) == (0.0, 0, 0.0)
     assert same["q_student"] == pytest.approx(same["q_teacher"])
     # off-topic and empty rewrites lose on everything
-    assert bad["win"] == -1 and bad["score"] < -0.5 and empty["score"] < -0.5 and empty["q_student"] == 0.0
+    assert bad["win"] == -1 and bad["retrieval_term"] < 0 and bad["judge_term"] < 0 and bad["score"] < -0.3
+    assert empty["score"] < -0.5 and empty["q_student"] == 0.0
     assert ok["score"] > bad["score"]
     st = sc.stats()
     assert st["rag_calls"] == 3 and st["rag_skipped_empty"] == 1 and st["samples"] == 4
@@ -500,7 +507,7 @@ def test_verl_compute_score_entry(tmp_path, monkeypatch, retriever):
     cfg_path = tmp_path / "config.yaml"
     cfg_path.write_text(yaml.safe_dump({"tenants": [_tenant_dict()]}, allow_unicode=True), encoding="utf-8")
     monkeypatch.setenv("QREWRITE_CONFIG", str(cfg_path))
-    hits = retriever.search(TEACHER, 5)
+    hits = retriever.search(TEACHER, 5, question=QUERY)
     record = {"query_id": "q1", "tenant": "fivedoctors", "query": QUERY, "teacher_rewrite": TEACHER,
               "teacher_retrieval": {"top1": top1(hits), "mean_top3": mean_top3(hits),
                                     "doc_ids": [h["doc_id"] for h in hits]}, "gold_doc_ids": ["fd-058"]}

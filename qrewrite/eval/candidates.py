@@ -3,6 +3,8 @@
 Kinds (config `eval.candidates[].kind`):
 
 * `raw`: the query itself, no rewrite (latency 0, cost 0);
+* `query_history`: the query with the history summary pasted after it, no model (latency 0, cost 0):
+  what a user tries before training anything;
 * `teacher`: the data half's teacher rows (results/T/teacher.jsonl): recorded rewrite, latency and cost;
 * `openai`: any OpenAI-compatible API, called now and cached under `eval.cache_dir` like the teacher
   (same prompt), cost from `teacher.prices` (a model missing there costs null: unknown, not 0);
@@ -67,6 +69,13 @@ def _base(spec: dict, row: dict) -> dict:
 
 def raw_rewrites(spec: dict, rows: list[dict]) -> list[dict]:
     return [{**_base(spec, r), "status": "ok", "reason": None, "rewrite": r["query"], "model": None,
+             "latency_s": 0.0, "compute_s": 0.0, "cost_usd": 0.0, "usage": None} for r in rows]
+
+
+def query_history_rewrites(spec: dict, rows: list[dict]) -> list[dict]:
+    """The baseline a user tries first: the query with the history summary pasted after it, no model."""
+    return [{**_base(spec, r), "status": "ok", "reason": None,
+             "rewrite": f"{r['query']} {r['history'] or ''}".strip(), "model": None,
              "latency_s": 0.0, "compute_s": 0.0, "cost_usd": 0.0, "usage": None} for r in rows]
 
 

@@ -33,8 +33,8 @@ def check_eval_config(cfg: dict) -> None:
 
 def cmd_eval_rewrites(args) -> None:
     from ..io_utils import write_jsonl
-    from .candidates import (api_rewrites, candidate_spec, eval_rows, model_rewrites, raw_rewrites,
-                             teacher_rewrites)
+    from .candidates import (api_rewrites, candidate_spec, eval_rows, model_rewrites, query_history_rewrites,
+                             raw_rewrites, teacher_rewrites)
 
     cfg, tenant = _cfg(args)
     spec = candidate_spec(cfg, args.candidate)
@@ -46,6 +46,8 @@ def cmd_eval_rewrites(args) -> None:
     kind = spec["kind"]
     if kind == "raw":
         out = raw_rewrites(spec, rows)
+    elif kind == "query_history":
+        out = query_history_rewrites(spec, rows)
     elif kind == "teacher":
         if not args.teacher:
             raise QrewriteError(f"candidate {spec['name']} (kind teacher) needs --teacher results/T/teacher.jsonl")

@@ -2,7 +2,8 @@
 
 Per query and candidate: the rewrite goes through the tenant's RAG provider (`rag:` in config, the same
 service the data half validated against) → Hit@1 / Hit@5 / reciprocal rank of the first gold document,
-top1 reranker score, mean top3, quality q = 0.6·top1 + 0.4·mean top3; the reward's judge (same provider
+top1 reranker score, mean top3, quality q (``rag.quality``: the top hit's score, or the seed's 0.6·top1 +
+0.4·mean top3); Hit@k and MRR are tie-aware (``qrewrite.metrics.TIE_RULE``); the reward's judge (same provider
 and model as the RL reward) on a sampled share of queries, the same queries for every candidate (sampled
 by query id) so judge scores pair up; win / tie / loss against the baseline (q higher / within
 reward.epsilon / lower, as in the RL win term). Latency p50 / p95 and cost per 1000 rewrites come from
@@ -15,12 +16,13 @@ import asyncio
 import logging
 
 from ..errors import QrewriteError
-from ..metrics import gold_rank, mean_top3, retrieval_quality, top1
+from ..metrics import TIE_RULE, gold_ranking, mean_top3, retrieval_quality, top1
 from ..rag.providers import make_rag
 from ..reward import reward_settings
 from ..reward.formula import win
 from ..reward.judge import judge_sampled, make_judge
-from ..reward.scorer import kb_doc_share
+from ..kb import load_kb
+from ..signals import judge_auc, load_judge_labels
 from . import stats
 
 log = logging.getLogger(__name__)
@@ -30,24 +32,26 @@ COMPARE_METRICS = ("hit_at_1", "mrr", "quality", "judge")
 JUDGE_SALT = "eval"  # judge_sampled(query_id, JUDGE_SALT, share): a per-query draw, same for every candidate
 
 
-async def _score_candidate(rag, judge, rows: list[dict], rewrites: dict[str, dict], share: float) -> list[dict]:
+async def _score_candidate(rag, judge, rows: list[dict], rewrites: dict[str, dict], share: float,
+                           quality: str) -> list[dict]:
     async def one(row: dict) -> dict:
         rw = rewrites[row["query_id"]]
         text = (rw.get("rewrite") or "").strip() if rw.get("status") == "ok" else ""
         hits = await rag.search(row["query"], text) if text else []
-        rank = gold_rank(hits, row["gold_doc_ids"]) if row["gold_doc_ids"] else None
         has_gold = bool(row["gold_doc_ids"])
+        ranking = gold_ranking(hits, row["gold_doc_ids"]) if has_gold else None
         verdict = None
         if judge_sampled(row["query_id"], JUDGE_SALT, share):
             verdict = await judge.judge(row["query"], row["profile"], row["history"], text)
         return {
             "query_id": row["query_id"], "rewrite": text, "status": rw.get("status"),
-            "hits": [h["doc_id"] for h in hits], "gold_rank": rank,
-            "hit_at_1": (1.0 if rank == 1 else 0.0) if has_gold else None,
-            "hit_at_5": (1.0 if rank is not None and rank <= 5 else 0.0) if has_gold else None,
-            "mrr": (1.0 / rank if rank else 0.0) if has_gold else None,
+            "hits": [h["doc_id"] for h in hits], "gold_rank": ranking["gold_rank"] if has_gold else None,
+            "gold_tied": ranking["gold_tied"] if has_gold else None,
+            "hit_at_1": ranking["hit_at_1"] if has_gold else None,     # tie-aware: metrics.TIE_RULE
+            "hit_at_5": ranking["hit_at_5"] if has_gold else None,
+            "mrr": ranking["rr"] if has_gold else None,
             "top1": round(top1(hits), 6), "mean_top3": round(mean_top3(hits), 6),
-            "quality": round(retrieval_quality(hits), 6),
+            "quality": round(retrieval_quality(hits, quality), 6),
             "judge": verdict.score if verdict is not None and verdict.ok else None,
             "judge_reason": verdict.reason if verdict is not None else None,
             "judge_failed": verdict is not None and not verdict.ok,
@@ -58,11 +62,11 @@ async def _score_candidate(rag, judge, rows: list[dict], rewrites: dict[str, dic
 
 
 def _cost_per_1k(rewrites: list[dict], kind: str) -> tuple[float | None, str]:
-    if kind == "raw":
+    if kind in ("raw", "query_history"):
         return 0.0, "no rewrite call"
     costs = [r.get("cost_usd") for r in rewrites if r.get("status") == "ok"]
     basis = {"model": "eval.gpu_hour_usd x generation time", "openai": "teacher.prices x tokens",
-             "teacher": "teacher rows (teacher.prices x tokens; 0 for the embedded prf teacher)"}[kind]
+             "teacher": "teacher rows (teacher.prices x tokens; 0 for the embedded resolve/prf teachers)"}[kind]
     if not costs or any(c is None for c in costs):
         return None, basis + " (unknown: a price is missing)"
     return round(1000.0 * sum(costs) / len(costs), 6), basis
@@ -71,7 +75,8 @@ def _cost_per_1k(rewrites: list[dict], kind: str) -> tuple[float | None, str]:
 async def _score_all(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[str, list[dict]]) -> dict:
     settings = reward_settings(cfg)
     rag = make_rag(cfg, tenant)
-    judge = make_judge(settings, tenant["language"], kb_doc_share(tenant), settings["cache_dir"])
+    docs = load_kb(tenant["kb"]["path"]) if settings["judge"]["provider"] == "rule" else None
+    judge = make_judge(settings, tenant["language"], docs, settings["cache_dir"])
     share = cfg["eval"]["judge_sample_share"]
     try:
         out = {}
@@ -81,10 +86,15 @@ async def _score_all(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[s
             if missing:
                 raise QrewriteError(f"candidate {name} has no rewrite for {len(missing)} eval queries "
                                     f"(first: {missing[0]})", hint="rerun its eval-rewrites step")
-            out[name] = await _score_candidate(rag, judge, rows, by_id, share)
+            out[name] = await _score_candidate(rag, judge, rows, by_id, share, cfg["rag"]["quality"])
         judge_stats = judge.stats() if hasattr(judge, "stats") else {}
+        labels = None
+        if tenant.get("judge_labels"):
+            # Measured after the candidates, so the judge's call counters above are the candidates' own.
+            labels = {"path": tenant["judge_labels"],
+                      **await judge_auc(judge, load_judge_labels(tenant["judge_labels"]))}
         return {"scored": out, "judge_stats": judge_stats, "judge_model": getattr(judge, "model", None),
-                "judge_provider": getattr(judge, "provider", None)}
+                "judge_provider": getattr(judge, "provider", None), "judge_labels": labels}
     finally:
         await rag.aclose()
         await judge.aclose()
@@ -154,13 +164,16 @@ def evaluate(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[str, list
         "tenant": tenant["name"], "split": ecfg["split"], "n_queries": len(rows),
         "n_with_gold": sum(1 for r in rows if r["gold_doc_ids"]),
         "baseline": baseline,
-        "rag": {"provider": cfg["rag"]["provider"], "top_k": cfg["rag"]["top_k"]},
+        "rag": {"provider": cfg["rag"]["provider"], "top_k": cfg["rag"]["top_k"], "quality": cfg["rag"]["quality"],
+                **({"score": cfg["rag"]["local"]["score"]} if cfg["rag"]["provider"] == "local" else {})},
+        "tie_rule": TIE_RULE,
         "judge": {"provider": res["judge_provider"], "model": res["judge_model"],
                   "sample_share": ecfg["judge_sample_share"],
                   "judged_queries": sum(1 for r in rows if judge_sampled(r["query_id"], JUDGE_SALT,
                                                                          ecfg["judge_sample_share"])),
                   **res["judge_stats"]},
         "bootstrap": boot,
+        "signals": {"judge_auc": res["judge_labels"]},
         "headline": headline,
         "candidates": candidates,
         "comparisons": comparisons,

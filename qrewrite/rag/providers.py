@@ -16,10 +16,17 @@ class LocalRag:
 
     async def search(self, query: str, rewritten_query: str | None = None) -> list[dict]:
         self.calls += 1
-        return self.retriever.search(rewritten_query or query, self.top_k, self.score_threshold)
+        return self.retriever.search(rewritten_query or query, self.top_k, self.score_threshold, question=query)
 
     async def aclose(self):
         pass
+
+
+def local_retriever(cfg: dict, tenant: dict) -> LocalRetriever:
+    """The tenant's local BM25 retriever with the configured score (``rag.local``)."""
+    loc = cfg["rag"]["local"]
+    return LocalRetriever(load_kb(tenant["kb"]["path"]), tenant["language"], loc["k1"], loc["b"],
+                          score=loc.get("score", "relevance"), temperature=loc.get("temperature", 2.0))
 
 
 def make_rag(cfg: dict, tenant: dict):
@@ -28,6 +35,4 @@ def make_rag(cfg: dict, tenant: dict):
     if rag["provider"] == "http":
         return HttpRag(rag["http"], tenant_id=tenant["tenant_id"] or tenant["name"], kb_name=tenant["kb"]["name"],
                        concurrency=rag["concurrency"], **common)
-    retriever = LocalRetriever(load_kb(tenant["kb"]["path"]), tenant["language"], rag["local"]["k1"],
-                               rag["local"]["b"])
-    return LocalRag(retriever, **common)
+    return LocalRag(local_retriever(cfg, tenant), **common)

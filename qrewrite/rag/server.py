@@ -9,8 +9,8 @@ from __future__ import annotations
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
 
-from ..kb import load_kb
 from .local import LocalRetriever
+from .providers import local_retriever
 
 
 class RagRequest(BaseModel):
@@ -25,8 +25,7 @@ class RagRequest(BaseModel):
 def create_app(cfg: dict) -> FastAPI:
     retrievers: dict[str, LocalRetriever] = {}
     for t in cfg["tenants"]:
-        retriever = LocalRetriever(load_kb(t["kb"]["path"]), t["language"], cfg["rag"]["local"]["k1"],
-                                   cfg["rag"]["local"]["b"])
+        retriever = local_retriever(cfg, t)
         retrievers[t["tenant_id"] or t["name"]] = retriever
     app = FastAPI(title="qrewrite local RAG", version="1")
 
@@ -39,7 +38,7 @@ def create_app(cfg: dict) -> FastAPI:
         retriever = retrievers.get(req.tenant_id)
         if retriever is None:
             raise HTTPException(404, f"unknown tenant_id {req.tenant_id!r}; known: {sorted(retrievers)}")
-        hits = retriever.search(req.rewritten_query or req.query, req.top_k, req.score_threshold)
+        hits = retriever.search(req.rewritten_query or req.query, req.top_k, req.score_threshold, question=req.query)
         return {"code": 0, "message": "ok", "data": {"query": req.query, "rewritten_query": req.rewritten_query,
                                                       "recall": hits}}
 

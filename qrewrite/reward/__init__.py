@@ -3,7 +3,7 @@
 Reward for a student rewrite of query x, against the precomputed teacher rewrite of x:
 
     judge_term     = tanh(3 * (judge(student) - judge(teacher)) / 5)      judge scores on 1..5
-    retrieval_term = tanh(3 * (q_student - q_teacher))                    q = 0.6*top1 + 0.4*mean(top3)
+    retrieval_term = tanh(3 * (q_student - q_teacher))                    q: rag.quality (top hit's score)
     win_term       = +0.5 if q_student > q_teacher, -0.3 if lower, 0 on a tie (|diff| <= epsilon)
     score          = clip(w_judge*judge_term + w_retrieval*retrieval_term + w_win*win_term, -1, 1)
 

@@ -21,14 +21,14 @@ REWARD_KEYS = ("score", "judge_term", "retrieval_term", "win_term", "judge_sampl
                "win")
 
 
-def quality(hits: list[dict]) -> float:
-    """q = 0.6 * top1 + 0.4 * mean(top3) over reranker scores (``qrewrite.metrics.retrieval_quality``)."""
-    return float(retrieval_quality(hits))
+def quality(hits: list[dict], formula: str = "top1") -> float:
+    """q of a result list (``qrewrite.metrics.retrieval_quality``: ``rag.quality`` top1 | seed)."""
+    return float(retrieval_quality(hits, formula))
 
 
-def quality_from_summary(top1: float, mean_top3: float) -> float:
+def quality_from_summary(top1: float, mean_top3: float, formula: str = "top1") -> float:
     """The same q from precomputed top1 / mean_top3 (the teacher side of the RL ground truth)."""
-    return 0.6 * float(top1) + 0.4 * float(mean_top3)
+    return float(top1) if formula == "top1" else 0.6 * float(top1) + 0.4 * float(mean_top3)
 
 
 def judge_term(judge_student: float, judge_teacher: float) -> float:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from ..io_utils import sha256_json
 from ..kb import load_kb
+from ..rag.local import SCORE_VERSION
 from ..rag.providers import make_rag
 from ..teacher.cache import DiskCache
 from ..text import tokenize
@@ -99,19 +100,6 @@ def _file_fingerprint(path: str | os.PathLike) -> str:
     return h.hexdigest()[:16]
 
 
-def kb_doc_share(tenant: dict, retriever=None):
-    """term -> share of KB documents containing it (for the rule judge's "specific term" test)."""
-    if retriever is not None:
-        n = len(retriever.docs)
-        return lambda t: retriever.df(t) / n
-    docs = load_kb(tenant["kb"]["path"])
-    df: Counter = Counter()
-    for d in docs:
-        df.update(set(tokenize(d.text, tenant.get("language", "zh"))))
-    n = len(docs)
-    return lambda t: df.get(t, 0) / n
-
-
 MEMO_CAP = 200_000
 LOG_EVERY = 512
 # Scorer counters, always reported (training logs can rely on the keys): rollouts scored; RAG calls
@@ -160,6 +148,7 @@ class RewardScorer:
         self.weights = self.settings["weights"]
         self.epsilon = float(self.settings["epsilon"])
         self.sample_share = float(self.settings["judge"]["sample_share"])
+        self.quality = (cfg.get("rag") or {}).get("quality", "top1")
         self.language = tenant.get("language", "zh")
         self.rag = rag if rag is not None else make_rag(cfg, tenant)
         rcfg = cfg["rag"]
@@ -169,15 +158,14 @@ class RewardScorer:
             self._rag_ident.update(endpoint=rcfg["http"]["base_url"].rstrip("/") + rcfg["http"]["path"],
                                    kb_name=tenant["kb"]["name"], tenant_id=tenant.get("tenant_id"))
         else:
-            self._rag_ident.update(kb=_file_fingerprint(tenant["kb"]["path"]), local=rcfg.get("local"))
+            self._rag_ident.update(kb=_file_fingerprint(tenant["kb"]["path"]), local=rcfg.get("local"),
+                                   score_version=SCORE_VERSION)
         cache_dir = Path(self.settings["cache_dir"])
         self.rag_disk = DiskCache(cache_dir / "rag")
         self._rag_mem: dict[str, list[dict]] = {}
         if judge is None:
-            doc_share = None
-            if self.settings["judge"]["provider"] == "rule":
-                doc_share = kb_doc_share(tenant, getattr(self.rag, "retriever", None))
-            judge = make_judge(self.settings, self.language, doc_share, str(cache_dir))
+            docs = load_kb(tenant["kb"]["path"]) if self.settings["judge"]["provider"] == "rule" else None
+            judge = make_judge(self.settings, self.language, docs, str(cache_dir))
         self.judge = judge
         self._verdicts: dict[tuple, asyncio.Task] = {}
         self._loop: _LoopThread | None = None
@@ -216,12 +204,13 @@ class RewardScorer:
         """(q_teacher, teacher_top1) from the ground truth, else by retrieving the teacher rewrite."""
         if s.teacher_hits and all("reranker_score" in h for h in s.teacher_hits):
             hits = sorted(s.teacher_hits, key=lambda h: -float(h["reranker_score"]))
-            return formula.quality(hits), float(hits[0]["reranker_score"])
+            return formula.quality(hits, self.quality), float(hits[0]["reranker_score"])
         if s.teacher_top1 is not None and s.teacher_mean_top3 is not None:
-            return formula.quality_from_summary(s.teacher_top1, s.teacher_mean_top3), float(s.teacher_top1)
+            return (formula.quality_from_summary(s.teacher_top1, s.teacher_mean_top3, self.quality),
+                    float(s.teacher_top1))
         self.counters["teacher_retrieval_fallback"] += 1
         hits = await self.retrieve(s.query, s.teacher_rewrite or s.query)
-        return formula.quality(hits), (float(hits[0]["reranker_score"]) if hits else 0.0)
+        return formula.quality(hits, self.quality), (float(hits[0]["reranker_score"]) if hits else 0.0)
 
     # ------------------------------------------------------------------------------------ judge
     async def _verdict(self, kind: str, s: RewardSample, text: str) -> Verdict:
@@ -261,7 +250,7 @@ class RewardScorer:
             self.retrieve(s.query, s.rollout), self._teacher_side(s), self._judge_pair(s))
         self.counters["samples"] += 1
         return formula.reward_dict(
-            q_student=formula.quality(hits), q_teacher=q_teacher,
+            q_student=formula.quality(hits, self.quality), q_teacher=q_teacher,
             student_top1=float(hits[0]["reranker_score"]) if hits else 0.0, teacher_top1=teacher_top1,
             judge_student=j_s, judge_teacher=j_t, weights=self.weights, epsilon=self.epsilon,
             judge_failed=failed)

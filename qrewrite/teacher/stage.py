@@ -12,6 +12,7 @@ from ..tasks import gather_with_progress
 from .cache import DiskCache, call_key
 from .openai_teacher import CallFailed, OpenAITeacher
 from .prf import PrfTeacher
+from .resolve import ResolveTeacher
 
 # After this many transient failures in a row the service is taken to be down: stop, say so, write nothing.
 CIRCUIT_BREAKER = 20
@@ -22,15 +23,21 @@ def make_teacher(cfg: dict, tenant: dict):
     if tcfg["provider"] == "openai":
         return OpenAITeacher(tcfg["openai"], tcfg["prices"])
     from ..kb import load_kb
+
+    if tcfg["provider"] == "resolve":
+        from ..entities import EntityLexicon
+
+        return ResolveTeacher(EntityLexicon.from_docs(load_kb(tenant["kb"]["path"])))
     from ..rag.local import LocalRetriever
 
-    retriever = LocalRetriever(load_kb(tenant["kb"]["path"]), tenant["language"], cfg["rag"]["local"]["k1"],
-                               cfg["rag"]["local"]["b"])
+    loc = cfg["rag"]["local"]
+    # PRF expands with raw BM25 weights: the retriever's reranker score plays no part in it.
+    retriever = LocalRetriever(load_kb(tenant["kb"]["path"]), tenant["language"], loc["k1"], loc["b"])
     return PrfTeacher(retriever, tcfg["prf"])
 
 
 async def _call(teacher, messages: list[dict], row: dict) -> dict:
-    if isinstance(teacher, PrfTeacher):
+    if isinstance(teacher, (PrfTeacher, ResolveTeacher)):
         start = time.perf_counter()
         text = teacher.rewrite(row["query"], row["profile"], row["history"])
         return {"rewrite": text, "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},

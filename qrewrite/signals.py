@@ -1,0 +1,112 @@
+"""Checks that a training signal measures what its name says, against the tenant's gold labels.
+
+``score_agreement``: does the retrieval quality score q prefer the text that finds the gold document?
+For every query with gold, four texts: the raw query, the teacher's rewrite, the query with the
+history pasted after it, and the query with the gold document's entity written in (its referent
+filled). Over every pair of different texts of which exactly one puts a gold document alone at rank 1
+(tie-aware Hit@1 = 1, the other < 1), agreement is the share of pairs where q is strictly higher for
+that one. A constant or vague-query-loving score lands near or below 0.5.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from .entities import EntityLexicon
+from .metrics import gold_ranking, retrieval_quality
+from .teacher.resolve import fill_referent
+
+TEXTS = ("raw", "teacher", "query_history", "referent_filled")
+
+
+def agreement_texts(query: dict, teacher_rewrite: str | None, lexicon: EntityLexicon) -> dict[str, str]:
+    texts = {"raw": query["query"], "query_history": f"{query['query']} {query.get('history') or ''}".strip()}
+    if teacher_rewrite:
+        texts["teacher"] = teacher_rewrite
+    entity = next((lexicon.doc_entity.get(d) for d in query["gold_doc_ids"] if lexicon.doc_entity.get(d)), None)
+    if entity:
+        q = query["query"]
+        ms = lexicon.mentions(q) if len(q) == len(q.lower()) else []
+        texts["referent_filled"] = (q[:ms[0].start] + entity + q[ms[0].end:]) if ms else fill_referent(q, entity)
+    return texts
+
+
+def agreement(rows: list[dict]) -> dict:
+    """``rows``: per query, {text kind: (tie-aware Hit@1, q)}; see the module docstring."""
+    agree = total = 0
+    by_pair: dict[str, list[int]] = {}
+    for res in rows:
+        for a, b in itertools.combinations(sorted(res), 2):
+            (ha, qa), (hb, qb) = res[a], res[b]
+            if max(ha, hb) != 1.0 or min(ha, hb) == 1.0:
+                continue
+            right, wrong = (a, b) if ha > hb else (b, a)
+            ok = int((qa > qb) if ha > hb else (qb > qa))
+            agree += ok
+            total += 1
+            pair = by_pair.setdefault(f"{right}>{wrong}", [0, 0])
+            pair[0] += ok
+            pair[1] += 1
+    return {"agreement": round(agree / total, 4) if total else None, "pairs": total, "agreed": agree,
+            "by_pair": {k: {"agreed": v[0], "pairs": v[1]} for k, v in sorted(by_pair.items())}}
+
+
+async def score_agreement(rag, queries: list[dict], teacher: dict[str, str], lexicon: EntityLexicon,
+                          quality: str) -> dict:
+    """Agreement of ``rag``'s q (formula ``quality``) with gold over the texts of every gold query."""
+    rows = []
+    for q in queries:
+        if not q.get("gold_doc_ids"):
+            continue
+        texts = agreement_texts(q, teacher.get(q["id"]), lexicon)
+        seen: dict[str, tuple[float, float]] = {}
+        res = {}
+        for kind, text in texts.items():
+            if text not in seen:  # identical texts are one text, not a pair
+                hits = await rag.search(q["query"], text)
+                seen[text] = (gold_ranking(hits, q["gold_doc_ids"])["hit_at_1"], retrieval_quality(hits, quality))
+                res[kind] = seen[text]
+        rows.append(res)
+    return {**agreement(rows), "texts": list(TEXTS), "queries": len(rows), "quality": quality}
+
+
+def auc(scores_good: list[float], scores_bad: list[float]) -> float | None:
+    """Area under the ROC curve: P(a good rewrite outscores a bad one), ties counting one half."""
+    if not scores_good or not scores_bad:
+        return None
+    wins = sum((g > b) + 0.5 * (g == b) for g in scores_good for b in scores_bad)
+    return round(wins / (len(scores_good) * len(scores_bad)), 4)
+
+
+def load_judge_labels(path: str) -> list[dict]:
+    """A labelled judge set: JSONL rows {query, profile, history, rewrite, label: good|bad, failure}."""
+    from .errors import QrewriteError
+    from .io_utils import read_jsonl
+
+    rows = read_jsonl(path)
+    for i, r in enumerate(rows, 1):
+        for key in ("query", "rewrite", "label"):
+            if not isinstance(r.get(key), str):
+                raise QrewriteError(f"missing or non-string field {key!r}", file=path, row=i, column=key,
+                                    hint="each row needs query, profile, history, rewrite, label (good|bad)")
+        if r["label"] not in ("good", "bad"):
+            raise QrewriteError(f"label {r['label']!r} is not good or bad", file=path, row=i, column="label")
+    return rows
+
+
+async def judge_auc(judge, rows: list[dict]) -> dict:
+    """The judge's AUC on a labelled set, overall and for each failure type (bad rows of that type vs
+    every good row); judge failures count as the lowest score."""
+    scores = []
+    for r in rows:
+        v = await judge.judge(r["query"], r.get("profile") or "", r.get("history") or "", r["rewrite"])
+        scores.append(v.score if v.score is not None else 0.0)
+    good = [s for s, r in zip(scores, rows) if r["label"] == "good"]
+    bad = [(s, r.get("failure") or "unspecified") for s, r in zip(scores, rows) if r["label"] == "bad"]
+    per_type = {}
+    for f in sorted({f for _, f in bad}):
+        per_type[f] = {"auc": auc(good, [s for s, g in bad if g == f]), "n": sum(1 for _, g in bad if g == f)}
+    return {"auc": auc(good, [s for s, _ in bad]), "n_good": len(good), "n_bad": len(bad),
+            "mean_good": round(sum(good) / len(good), 4) if good else None,
+            "mean_bad": round(sum(s for s, _ in bad) / len(bad), 4) if bad else None,
+            "by_failure": per_type}
