@@ -71,7 +71,7 @@ def _cost_per_1k(rewrites: list[dict], kind: str) -> tuple[float | None, str]:
 async def _score_all(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[str, list[dict]]) -> dict:
     settings = reward_settings(cfg)
     rag = make_rag(cfg, tenant)
-    judge = make_judge(settings, tenant["language"], kb_doc_share(tenant), settings["cache_dir"])
+    judge = make_judge(settings, tenant["language"], kb_doc_share(tenant), settings["cache_dir"], tenant.get("judge_rubric"))
     share = cfg["eval"]["judge_sample_share"]
     try:
         out = {}

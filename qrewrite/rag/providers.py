@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..kb import load_kb
+from ..kb import tenant_kb
 from .http_client import HttpRag
 from .local import LocalRetriever
 
@@ -28,6 +28,6 @@ def make_rag(cfg: dict, tenant: dict):
     if rag["provider"] == "http":
         return HttpRag(rag["http"], tenant_id=tenant["tenant_id"] or tenant["name"], kb_name=tenant["kb"]["name"],
                        concurrency=rag["concurrency"], **common)
-    retriever = LocalRetriever(load_kb(tenant["kb"]["path"]), tenant["language"], rag["local"]["k1"],
+    retriever = LocalRetriever(tenant_kb(tenant), tenant["language"], rag["local"]["k1"],
                                rag["local"]["b"])
     return LocalRag(retriever, **common)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
 
-from ..kb import load_kb
+from ..kb import tenant_kb
 from .local import LocalRetriever
 
 
@@ -25,7 +25,7 @@ class RagRequest(BaseModel):
 def create_app(cfg: dict) -> FastAPI:
     retrievers: dict[str, LocalRetriever] = {}
     for t in cfg["tenants"]:
-        retriever = LocalRetriever(load_kb(t["kb"]["path"]), t["language"], cfg["rag"]["local"]["k1"],
+        retriever = LocalRetriever(tenant_kb(t), t["language"], cfg["rag"]["local"]["k1"],
                                    cfg["rag"]["local"]["b"])
         retrievers[t["tenant_id"] or t["name"]] = retriever
     app = FastAPI(title="qrewrite local RAG", version="1")

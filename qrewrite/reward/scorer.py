@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..io_utils import sha256_json
-from ..kb import load_kb
+from ..kb import tenant_kb
 from ..rag.providers import make_rag
 from ..teacher.cache import DiskCache
 from ..text import tokenize
@@ -104,7 +104,7 @@ def kb_doc_share(tenant: dict, retriever=None):
     if retriever is not None:
         n = len(retriever.docs)
         return lambda t: retriever.df(t) / n
-    docs = load_kb(tenant["kb"]["path"])
+    docs = tenant_kb(tenant)
     df: Counter = Counter()
     for d in docs:
         df.update(set(tokenize(d.text, tenant.get("language", "zh"))))
@@ -177,7 +177,7 @@ class RewardScorer:
             doc_share = None
             if self.settings["judge"]["provider"] == "rule":
                 doc_share = kb_doc_share(tenant, getattr(self.rag, "retriever", None))
-            judge = make_judge(self.settings, self.language, doc_share, str(cache_dir))
+            judge = make_judge(self.settings, self.language, doc_share, str(cache_dir), tenant.get("judge_rubric"))
         self.judge = judge
         self._verdicts: dict[tuple, asyncio.Task] = {}
         self._loop: _LoopThread | None = None

@@ -21,10 +21,10 @@ def make_teacher(cfg: dict, tenant: dict):
     tcfg = cfg["teacher"]
     if tcfg["provider"] == "openai":
         return OpenAITeacher(tcfg["openai"], tcfg["prices"])
-    from ..kb import load_kb
+    from ..kb import tenant_kb
     from ..rag.local import LocalRetriever
 
-    retriever = LocalRetriever(load_kb(tenant["kb"]["path"]), tenant["language"], cfg["rag"]["local"]["k1"],
+    retriever = LocalRetriever(tenant_kb(tenant), tenant["language"], cfg["rag"]["local"]["k1"],
                                cfg["rag"]["local"]["b"])
     return PrfTeacher(retriever, tcfg["prf"])
 

@@ -1,0 +1,258 @@
+"""A user's own tenant, as README "Your own tenant in five minutes" adds it: an Excel and a KB made outside
+data/demo (other column names, a differently named gold column, KB fields {id, title, text}), and the nine
+onboarding frictions of issue 12, each pinned by a test here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import openpyxl
+import pytest
+import yaml
+
+from conftest import REPO
+from qrewrite.config import validate_config
+from qrewrite.errors import QrewriteError
+from qrewrite.paths import tenant_paths
+
+OWN = "acme"
+OWN_EXCEL = f"data/raw/{OWN}.xlsx"  # the natural place (friction 3)
+OWN_KB = f"kb/{OWN}_docs.jsonl"     # anywhere in the project
+COLUMNS = {"query": "用户问题", "profile": "用户画像", "history": "对话历史", "gold": "gold_doc_ids",
+           "difficulty": "difficulty"}
+KB_FIELDS = {"doc_id": "id", "title": "title", "content": "text"}
+
+
+def own_tenant(project, n: int = 40, columns: dict | None = COLUMNS, kb_fields: dict | None = KB_FIELDS) -> dict:
+    """Write the tenant's files the way a user brings them, add it to config.yaml (after the demo tenants) and
+    return its config entry. Content: the fivedoctors demo, re-keyed, so retrieval has something to find."""
+    kb = [json.loads(l) for l in (REPO / "data/kb/fivedoctors.jsonl").read_text(encoding="utf-8").splitlines()]
+    rekey = lambda i: "A" + i.split("-", 1)[1]  # noqa: E731  fd-001 -> A001
+    kb_path = project.root / OWN_KB
+    kb_path.parent.mkdir(parents=True, exist_ok=True)
+    kb_path.write_text("".join(json.dumps({"id": rekey(d["doc_id"]), "title": d["title"], "text": d["content"]},
+                                          ensure_ascii=False) + "\n" for d in kb), encoding="utf-8")
+    src = [json.loads(l) for l in (REPO / "data/demo/fivedoctors.queries.jsonl").read_text(
+        encoding="utf-8").splitlines()[:n]]
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws.title = "测试集"
+    ws.append(["编号", COLUMNS["query"], COLUMNS["profile"], COLUMNS["history"], COLUMNS["gold"],
+               COLUMNS["difficulty"], "备注"])
+    for i, r in enumerate(src, 1):
+        ws.append([i, r["query"], r["profile"], r["history"], ",".join(rekey(g) for g in r["gold_doc_ids"]),
+                   "underspecified" if r["underspecified"] else "specified", ""])
+    (project.root / OWN_EXCEL).parent.mkdir(parents=True, exist_ok=True)
+    wb.save(project.root / OWN_EXCEL)
+    cfg = project.config
+    tenant = {"name": OWN, "system_prompt": cfg["tenants"][0]["system_prompt"], "raw_excel": OWN_EXCEL,
+              "kb": {"path": OWN_KB, "name": f"{OWN}_kb"}}
+    if columns is not None:
+        tenant["columns"] = dict(columns)
+    if kb_fields is not None:
+        tenant["kb"]["fields"] = dict(kb_fields)
+    cfg["tenants"].append(tenant)
+    project.set_config(cfg)
+    return tenant
+
+
+def set_tenant(project, name: str, **changes) -> None:
+    cfg = project.config
+    t = next(t for t in cfg["tenants"] if t["name"] == name)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(t.get(key), dict):
+            t[key] = {**t[key], **value}
+        else:
+            t[key] = value
+    project.set_config(cfg)
+
+
+def snakemake(project, *args: str, configfile: Path | None = None, timeout: float = 900):
+    exe = Path(sys.executable).parent / "snakemake"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    cmd = [str(exe), "-s", str(REPO / "Snakefile"), "-d", str(project.root), "--cores", "2"]
+    if configfile is not None:
+        cmd += ["--configfile", str(configfile)]
+    proc = subprocess.run(cmd + list(args), capture_output=True, text=True, env=env, timeout=timeout)
+    proc.out = proc.stdout + proc.stderr
+    return proc
+
+
+def ingest(project, tenant: str = OWN):
+    p = tenant_paths(tenant)
+    return project.qrewrite("ingest", "--config", "config.yaml", "--tenant", tenant, "--out", p["queries"],
+                            "--stats", p["stats_ingest"], check=False)
+
+
+# ---- 1. KB field mapping --------------------------------------------------------------------------------------
+
+def test_kb_with_other_field_names_fails_naming_file_row_field_and_fields_found(project):
+    own_tenant(project, kb_fields=None)
+    proc = ingest(project)
+    assert proc.returncode == 2, proc.stderr
+    for want in (OWN_KB, "row 1", "missing field 'doc_id'", "fields found: ['id', 'title', 'text']",
+                 "tenants[].kb.fields.doc_id"):
+        assert want in proc.stderr, (want, proc.stderr)
+    assert "Traceback" not in proc.stderr
+
+
+def test_kb_field_mapping_is_used_by_every_kb_reader(project, monkeypatch):
+    own_tenant(project)
+    assert ingest(project).returncode == 0
+    from qrewrite.config import load_config, tenant_config
+    from qrewrite.kb import tenant_kb
+
+    monkeypatch.chdir(project.root)
+    tenant = tenant_config(load_config("config.yaml"), OWN)
+    docs = tenant_kb(tenant)
+    assert docs[0].doc_id == "A001" and docs[0].title and docs[0].content
+    p = tenant_paths(OWN)
+    proc = project.qrewrite("teach", "--config", "config.yaml", "--tenant", OWN, "--queries", p["queries"],
+                            "--out", p["teacher"], "--stats", p["stats_teacher"], "--no-progress")
+    assert proc.returncode == 0
+
+
+@pytest.mark.parametrize("fields,ok", [
+    ({}, True), ({"doc_id": "id", "content": "text"}, True), ({"title": None}, True),
+    ({"id": "doc_id"}, False), ({"doc_id": ""}, False), ({"content": None}, False)])
+def test_kb_fields_are_schema_validated(fields, ok):
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text(encoding="utf-8"))
+    cfg["tenants"][0]["kb"]["fields"] = fields
+    if ok:
+        got = validate_config(cfg)["tenants"][0]["kb"]["fields"]
+        assert got == {"doc_id": "doc_id", "title": "title", "content": "content", **fields}
+    else:
+        with pytest.raises(QrewriteError, match=r"tenants\.0\.kb\.fields"):
+            validate_config(cfg)
+
+
+# ---- 2. a configured column missing from the Excel ------------------------------------------------------------
+
+def test_misnamed_gold_column_is_an_error_naming_the_columns_found(project):
+    own_tenant(project, columns={**COLUMNS, "gold": "相关文档"})  # the default name; the sheet says gold_doc_ids
+    proc = ingest(project)
+    assert proc.returncode == 2, proc.stderr
+    for want in (OWN_EXCEL, "missing column '相关文档' (gold)", "columns found:", "'gold_doc_ids'",
+                 "tenants[].columns.gold", "null"):
+        assert want in proc.stderr, (want, proc.stderr)
+    assert not (project.root / tenant_paths(OWN)["queries"]).exists()
+
+
+def test_optional_columns_may_be_absent_only_when_configured_null(project):
+    """profile, history, gold (and difficulty) are optional: null says the sheet has no such column."""
+    own_tenant(project, columns={**COLUMNS, "profile": "画像"})
+    proc = ingest(project)
+    assert proc.returncode == 2 and "missing column '画像' (profile)" in proc.stderr
+    set_tenant(project, OWN, columns={"profile": None, "history": None, "gold": None, "difficulty": None})
+    assert ingest(project).returncode == 0
+    rows = project.read_jsonl(tenant_paths(OWN)["queries"])
+    stats = json.loads((project.root / tenant_paths(OWN)["stats_ingest"]).read_text())
+    assert stats["in"] == 40 and rows and stats["with_gold"] == 0  # (same query, no context: duplicates)
+    assert all(r["profile"] == r["history"] == "" and "difficulty" not in r for r in rows)
+
+
+# ---- 8. judge rubric per tenant; threshold drops per difficulty ---------------------------------------------------
+
+RUBRIC = "好的改写要写出用户所指的课程或产品全称，并保留用户关心的方面。"
+
+
+def test_judge_rubric_replaces_only_the_criteria():
+    from qrewrite.reward.judge import JUDGE_SYSTEM, judge_messages
+
+    default = judge_messages("问", "画像", "历史", "改写")[0]["content"]
+    assert default == JUDGE_SYSTEM and "names the product or course" in default
+    custom = judge_messages("问", "画像", "历史", "改写", RUBRIC)[0]["content"]
+    assert custom.startswith(RUBRIC) and "names the product or course" not in custom
+    assert custom.endswith(JUDGE_SYSTEM[JUDGE_SYSTEM.index("\n\nScores:"):])
+
+
+def test_tenant_judge_rubric_reaches_the_openai_judge(fake_openai, monkeypatch, tmp_path):
+    import asyncio
+
+    from qrewrite.reward.scorer import RewardScorer
+
+    fake_openai.script(replies={"<data>": '{"score": 4, "reason": "ok"}'})
+    monkeypatch.setenv("QREWRITE_TEST_JUDGE_KEY", "k")
+    monkeypatch.chdir(REPO)  # the tenant's KB path is relative to the project
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text(encoding="utf-8"))
+    cfg["tenants"][1]["judge_rubric"] = RUBRIC
+    cfg["reward"] = {"cache_dir": str(tmp_path / "reward-cache"),
+                     "judge": {"provider": "openai", "openai": {"base_url": fake_openai.url, "model": "judge-model",
+                                                                "api_key_env": "QREWRITE_TEST_JUDGE_KEY"}}}
+    cfg = validate_config(cfg)
+    scorer = RewardScorer(cfg, cfg["tenants"][1])
+    assert scorer.judge.rubric == RUBRIC
+
+    async def judge_once():
+        try:
+            return await scorer.judge.judge("雅思课多少钱", "", "", "橙啦雅思课程价格")
+        finally:
+            await scorer.judge.aclose()
+
+    verdict = asyncio.run(judge_once())
+    assert verdict.score == 4.0
+    # the server logs a hash of the messages it got: those of the tenant's rubric
+    from fake_openai_server import prompt_key
+    from qrewrite.reward.judge import judge_messages
+
+    sent = fake_openai.requests()[-1]["key"]
+    assert sent == prompt_key({"messages": judge_messages("雅思课多少钱", "", "", "橙啦雅思课程价格", RUBRIC)})
+    assert RewardScorer(cfg, cfg["tenants"][0]).judge.rubric is None
+
+
+def test_split_reports_threshold_drop_share_per_difficulty():
+    from qrewrite.split import build_splits
+    from qrewrite.summary import build_summary
+
+    cfg = validate_config(yaml.safe_load((REPO / "config.yaml").read_text(encoding="utf-8")))
+    tenant = cfg["tenants"][0]  # thresholds.top1 0.6
+    queries, teacher, validated = [], [], []
+    for i in range(10):
+        level = "underspecified" if i < 4 else "specified"
+        top1 = 0.3 if i < 3 else 0.9  # 3 of the 4 hard rows fall below the threshold, no easy row does
+        qid = f"q{i}"
+        queries.append({"id": qid, "row": i + 2, "query": f"问题{i}", "profile": "", "history": "",
+                        "gold_doc_ids": [], "difficulty": level})
+        teacher.append({"id": qid, "rewrite": f"改写{i}", "call_key": "k", "provider": "prf", "model": "m",
+                        "prompt_hash": "h"})
+        validated.append({"id": qid, "rewrite_rag": {"top1": top1, "mean_top3": top1, "hits": []},
+                          "original_rag": {"top1": 0.1}, "gain": 0.1})
+    _, stats = build_splits(cfg, tenant, queries, teacher, validated)
+    assert stats["by_difficulty"] == {
+        "specified": {"in": 6, "top1_below_threshold": 0, "top1_drop_share": 0.0, "dropped": 0, "drop_share": 0.0},
+        "underspecified": {"in": 4, "top1_below_threshold": 3, "top1_drop_share": 0.75, "dropped": 3,
+                           "drop_share": 0.75}}
+    for q in queries:
+        del q["difficulty"]  # a tenant without a difficulty column: one bucket
+    _, stats = build_splits(cfg, tenant, queries, teacher, validated)
+    assert list(stats["by_difficulty"]) == ["all"] and stats["by_difficulty"]["all"]["top1_below_threshold"] == 3
+    stage = lambda s, n, o: {"stage": s, "in": n, "out": o, "dropped": {"x": n - o} if n > o else {}}  # noqa: E731
+    summary = build_summary("t", {"ingest": stage("ingest", 10, 10), "validate": {
+        **stage("validate", 10, 10), "hit_at_1": {}, "rewrite_beats_original_share": 0.5}, "teacher": {
+        **stage("teacher", 10, 10), "provider": "prf", "model": "m", "cache_hits": 0, "new_calls": 0,
+        "failed_calls": 0, "tokens": 0, "cost_usd": 0}, "split": stats})
+    assert summary["drops_by_difficulty"] == stats["by_difficulty"]
+
+
+
+def test_demo_excel_carries_difficulty_and_ingest_keeps_it(project):
+    """The demo tenants' Excel has a 难度 column from the source's `underspecified` flag (config.yaml maps it)."""
+    project.keep_queries("fivedoctors", 30)
+    project.stage("build-excel")
+    ws = openpyxl.load_workbook(project.root / "data/raw/fivedoctors.xlsx").active
+    header = [c.value for c in ws[1]]
+    assert header == ["问题", "用户画像", "历史摘要", "相关文档", "难度"]
+    src = project.read_jsonl("data/demo/fivedoctors.queries.jsonl")
+    assert [ws.cell(r, 5).value for r in range(2, ws.max_row + 1)] == [
+        "underspecified" if r["underspecified"] else "specified" for r in src]
+    project.stage("ingest")
+    assert {r["difficulty"] for r in project.read_jsonl(tenant_paths("fivedoctors")["queries"])} == {
+        "underspecified", "specified"}
