@@ -92,6 +92,36 @@ def ingest(project, tenant: str = OWN):
                             "--stats", p["stats_ingest"], check=False)
 
 
+# ---- the whole onboarding -----------------------------------------------------------------------------------
+
+def test_own_tenant_in_five_minutes(project):
+    """README "Your own tenant in five minutes", step by step: files outside data/demo, a tenant entry with
+    its column names and KB fields, `snakemake data --config only=acme`, then the outputs."""
+    own_tenant(project)
+    proc = snakemake(project, "data", "--config", f"only={OWN}")
+    assert proc.returncode == 0, proc.out[-6000:]
+    p = tenant_paths(OWN)
+    queries = project.read_jsonl(p["queries"])
+    assert len(queries) == 40 and all(q["gold_doc_ids"] and q["gold_doc_ids"][0].startswith("A") for q in queries)
+    assert {q["difficulty"] for q in queries} == {"underspecified", "specified"}
+    summary = json.loads((project.root / p["summary"]).read_text(encoding="utf-8"))
+    assert summary["stages"]["ingest"]["with_gold"] == 40 and summary["stages"]["ingest"]["gold_ids_not_in_kb"] == 0
+    assert summary["retrieval"]["hit_at_1"]["rewrite"] > 0.5, summary["retrieval"]
+    assert all(project.read_jsonl(p[s]) for s in ("train", "val", "test")) or summary["splits"]["train"] > 0
+    by_level = summary["drops_by_difficulty"]
+    assert set(by_level) == {"underspecified", "specified"}
+    assert sum(v["in"] for v in by_level.values()) == summary["stages"]["split"]["in"]
+    for v in by_level.values():
+        assert 0 <= v["top1_drop_share"] <= v["drop_share"] <= 1
+    # only the selected tenant ran; the demo tenants stayed in the config every command read
+    assert not (project.root / "results/fivedoctors").exists() and not (project.root / "data/raw/fivedoctors.xlsx").exists()
+    resolved = yaml.safe_load((project.root / "results/.config.resolved.yaml").read_text(encoding="utf-8"))
+    assert [t["name"] for t in resolved["tenants"]] == ["fivedoctors", "chengla", OWN] and "only" not in resolved
+    # the demo tenants, afterwards, are a separate selection and leave acme alone
+    again = snakemake(project, "-n", "-p", "data", "--config", "only=chengla")
+    assert again.returncode == 0 and f"--tenant {OWN}" not in again.out and "--tenant chengla" in again.out
+
+
 # ---- 1. KB field mapping --------------------------------------------------------------------------------------
 
 def test_kb_with_other_field_names_fails_naming_file_row_field_and_fields_found(project):
@@ -157,6 +187,49 @@ def test_optional_columns_may_be_absent_only_when_configured_null(project):
     stats = json.loads((project.root / tenant_paths(OWN)["stats_ingest"]).read_text())
     assert stats["in"] == 40 and rows and stats["with_gold"] == 0  # (same query, no context: duplicates)
     assert all(r["profile"] == r["history"] == "" and "difficulty" not in r for r in rows)
+
+
+# ---- 3. a user tenant's raw_excel in data/raw/ ------------------------------------------------------------------
+
+def test_user_tenant_with_raw_excel_in_data_raw_plans_without_build_excel(project):
+    own_tenant(project)
+    proc = snakemake(project, "-n", "-p", "data")
+    assert proc.returncode == 0, proc.out[-4000:]
+    assert "InputFunctionException" not in proc.out
+    assert f"--tenant {OWN}" in proc.out and f"build-excel --config results/.config.resolved.yaml --tenant {OWN}" \
+        not in proc.out
+    assert "build-excel --config results/.config.resolved.yaml --tenant fivedoctors" in proc.out
+
+
+# ---- 6. one tenant -----------------------------------------------------------------------------------------------
+
+def test_only_selects_tenants_without_changing_the_tenant_list(project):
+    proc = snakemake(project, "-n", "-p", "data", "--config", "only=chengla")
+    assert proc.returncode == 0, proc.out[-4000:]
+    assert "--tenant chengla" in proc.out and "--tenant fivedoctors" not in proc.out
+    both = snakemake(project, "-n", "-p", "data", "--config", "only=chengla,fivedoctors")
+    assert "--tenant chengla" in both.out and "--tenant fivedoctors" in both.out
+    bad = snakemake(project, "-n", "data", "--config", "only=nope")
+    assert bad.returncode != 0 and "unknown tenant(s) ['nope']" in bad.out and "fivedoctors, chengla" in bad.out
+
+
+def test_a_configfile_that_replaces_the_tenant_list_says_so(project):
+    cfg = project.config
+    cfg["tenants"] = cfg["tenants"][1:]
+    one = project.root / "one.yaml"
+    one.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+    proc = snakemake(project, "-n", "data", configfile=one)
+    assert proc.returncode == 0, proc.out[-3000:]
+    assert "replaced the tenant list" in proc.out and "fivedoctors" in proc.out and "only=NAME" in proc.out
+    assert "replaced the tenant list" not in snakemake(project, "-n", "data").out
+
+
+# ---- 7. a dry run writes nothing ---------------------------------------------------------------------------------
+
+def test_dry_run_writes_no_resolved_config(project):
+    proc = snakemake(project, "-n", "data")
+    assert proc.returncode == 0, proc.out[-3000:]
+    assert not (project.root / "results").exists(), list((project.root / "results").rglob("*"))
 
 
 # ---- 8. judge rubric per tenant; threshold drops per difficulty ---------------------------------------------------
@@ -256,3 +329,16 @@ def test_demo_excel_carries_difficulty_and_ingest_keeps_it(project):
     project.stage("ingest")
     assert {r["difficulty"] for r in project.read_jsonl(tenant_paths("fivedoctors")["queries"])} == {
         "underspecified", "specified"}
+
+# ---- 9. a rule's error reaches the console ---------------------------------------------------------------------
+
+def test_rule_error_reaches_the_console_and_the_log(project):
+    """A real snakemake run on a broken input: the stage's own message (file, column, hint) is in its log and on
+    the console, not only Snakemake's "Error in rule ingest" / CalledProcessError."""
+    own_tenant(project, columns={**COLUMNS, "query": "问句"})  # the sheet's column is 用户问题
+    proc = snakemake(project, "data", "--config", f"only={OWN}")
+    assert proc.returncode != 0
+    log = (project.root / f"logs/{OWN}/ingest.log").read_text(encoding="utf-8")
+    for text in (log, proc.out):
+        assert "missing column '问句' (query)" in text and "tenants[].columns.query" in text, text[-3000:]
+    assert "Traceback" not in log
