@@ -201,6 +201,42 @@ def test_user_tenant_with_raw_excel_in_data_raw_plans_without_build_excel(projec
     assert "build-excel --config results/.config.resolved.yaml --tenant fivedoctors" in proc.out
 
 
+# ---- 4. make clean and .gitignore keep user data ----------------------------------------------------------------
+
+def _makefile_demo_excel() -> list[str]:
+    text = (REPO / "Makefile").read_text(encoding="utf-8")
+    return re.search(r"^DEMO_EXCEL\s*:=\s*(.*)$", text, flags=re.M).group(1).split()
+
+
+def test_make_clean_deletes_only_generated_demo_excel(tmp_path):
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    shutil.copy(REPO / "Makefile", tmp_path / "Makefile")
+    raw = tmp_path / "data/raw"
+    raw.mkdir(parents=True)
+    for name in ("fivedoctors.xlsx", "chengla.xlsx", f"{OWN}.xlsx", f"{OWN}.xlsx.dvc"):
+        (raw / name).write_bytes(b"x")
+    (tmp_path / "results/t").mkdir(parents=True)
+    proc = subprocess.run(["make", "clean"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in raw.iterdir()) == [f"{OWN}.xlsx", f"{OWN}.xlsx.dvc"]
+    assert not (tmp_path / "results").exists()
+
+
+def test_demo_excel_list_matches_config_and_gitignore_hides_only_it():
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text(encoding="utf-8"))
+    demo = sorted(t["raw_excel"] for t in cfg["tenants"] if t.get("demo_source"))
+    assert sorted(_makefile_demo_excel()) == demo
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+
+    def ignored(path: str) -> bool:
+        return subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=REPO).returncode == 0
+
+    assert all(ignored(p) for p in demo)
+    assert not ignored(OWN_EXCEL) and not ignored(f"{OWN_EXCEL}.dvc")
+
+
 # ---- 6. one tenant -----------------------------------------------------------------------------------------------
 
 def test_only_selects_tenants_without_changing_the_tenant_list(project):
