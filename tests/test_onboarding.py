@@ -237,6 +237,23 @@ def test_demo_excel_list_matches_config_and_gitignore_hides_only_it():
     assert not ignored(OWN_EXCEL) and not ignored(f"{OWN_EXCEL}.dvc")
 
 
+# ---- 5. dvc.yaml after adding a tenant ---------------------------------------------------------------------------
+
+def test_stale_dvc_yaml_error_gives_the_exact_command_that_fixes_it(project):
+    shutil.copy(REPO / "dvc.yaml", project.root / "dvc.yaml")
+    own_tenant(project)
+    proc = project.qrewrite("dvc-yaml", "--check", check=False)
+    assert proc.returncode == 2 and "dvc.yaml is stale" in proc.stderr
+    fix = re.search(r"regenerate it with `([^`]+)`", proc.stderr)
+    assert fix, proc.stderr
+    cmd = shlex.split(fix.group(1))
+    assert cmd[0] == "qrewrite"
+    project.qrewrite(*cmd[1:])
+    assert project.qrewrite("dvc-yaml", "--check").returncode == 0
+    assert f"{OWN}:" in (project.root / "dvc.yaml").read_text(encoding="utf-8")
+    assert "qrewrite dvc-yaml" in (REPO / "README.md").read_text(encoding="utf-8")
+
+
 # ---- 6. one tenant -----------------------------------------------------------------------------------------------
 
 def test_only_selects_tenants_without_changing_the_tenant_list(project):
