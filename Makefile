@@ -46,5 +46,10 @@ test: $(VENV)/.test-env $(TRAIN_ENVS)
 bench: $(VENV)/.test-env
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/run_all.py
 
+# Generated files only. data/raw/ also holds a user tenant's own Excel: only the demo tenants' Excel files,
+# which rule build_excel makes from data/demo/ (the tenants of config.yaml with a demo_source), are removed.
+DEMO_EXCEL := data/raw/fivedoctors.xlsx data/raw/chengla.xlsx
+
 clean:
-	rm -rf results logs reports models cache data/raw benchmarks .snakemake
+	rm -rf results logs reports models cache benchmarks .snakemake
+	rm -f $(DEMO_EXCEL)

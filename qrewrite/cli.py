@@ -119,8 +119,12 @@ def cmd_dvc_yaml(args) -> None:
         diff = dvc_gen.check(args.out, args.config)
         if diff is not None:
             sys.stderr.write(diff)
+            fix = "qrewrite dvc-yaml" + (f" --config {args.config}" if args.config != "config.yaml" else "") \
+                + (f" --out {args.out}" if args.out != "dvc.yaml" else "")
             raise QrewriteError(f"{args.out} is stale (differs from what qrewrite/paths.py and {args.config} "
-                                "generate)", hint="run `qrewrite dvc-yaml` and commit the result")
+                                "generate: a tenant or eval candidate was added, removed or renamed?)",
+                                hint=f"regenerate it with `{fix}` and commit the result (README: "
+                                "\"Your own tenant in five minutes\")")
         log.info("%s is up to date", args.out)
     else:
         changed = dvc_gen.write(args.out, args.config)

@@ -53,12 +53,29 @@ def validate_config(cfg: dict, source: str = "config") -> dict:
     if dupes:
         raise QrewriteError(f"tenant names must be unique, repeated: {sorted(dupes)}", file=source,
                             hint="rename or remove the repeated tenants[] entries")
+    selected_tenants(cfg, source)  # `only` names known tenants
     split = cfg["split"]
     if abs(split["train"] + split["val"] + split["test"] - 1.0) > 1e-6:
         raise QrewriteError(f"split.train + split.val + split.test must sum to 1 (they sum to "
                             f"{split['train'] + split['val'] + split['test']:g})", file=source,
                             hint="e.g. split: {train: 0.8, val: 0.1, test: 0.1}")
     return cfg
+
+
+def selected_tenants(cfg: dict, source: str = "config") -> list[str]:
+    """The tenant names a Snakemake run builds: every tenant, or those named by `only` (`--config only=a,b`,
+    a comma-separated string, or a YAML list). Selecting never changes the tenant list itself."""
+    names = [t["name"] for t in cfg["tenants"]]
+    only = cfg.get("only")
+    if only is None:
+        return names
+    picked = [n.strip() for n in only.split(",")] if isinstance(only, str) else [str(n).strip() for n in only]
+    picked = [n for n in picked if n]
+    unknown = [n for n in picked if n not in names]
+    if unknown or not picked:
+        raise QrewriteError(f"only: unknown tenant(s) {unknown or [only]}; tenants in config: {', '.join(names)}",
+                            file=source, hint="e.g. snakemake --config only=" + names[0])
+    return [n for n in names if n in picked]
 
 
 def load_config(path: str | Path) -> dict:

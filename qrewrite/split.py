@@ -37,20 +37,29 @@ def build_splits(cfg: dict, tenant: dict, queries: list[dict], teacher_rows: lis
     by_q = {q["id"]: q for q in queries}
     by_t = {t["id"]: t for t in teacher_rows}
     dropped: Counter = Counter()
+    by_level: dict[str, Counter] = {}  # difficulty label -> counts of rows in and dropped per reason
     kept, seen = [], set()
     for v in validated:
+        q = by_q[v["id"]]
+        level = by_level.setdefault(difficulty_label(q), Counter())
+        level["in"] += 1
+
+        def drop(why: str) -> None:
+            dropped[why] += 1
+            level[why] += 1
+
         reason = keep_reason(v, tenant["thresholds"])
         if reason:
-            dropped[reason] += 1
+            drop(reason)
             continue
-        q, t = by_q[v["id"]], by_t[v["id"]]
+        t = by_t[v["id"]]
         if has_control_tokens(t["rewrite"]):  # trained on, they would teach the student to open chat turns
-            dropped["control_tokens_in_rewrite"] += 1
+            drop("control_tokens_in_rewrite")
             continue
         messages = rewrite_messages(tenant, q) + [{"role": "assistant", "content": t["rewrite"]}]
         dedupe_key = (messages[1]["content"], t["rewrite"])
         if dedupe_key in seen:
-            dropped["duplicate_sample"] += 1
+            drop("duplicate_sample")
             continue
         seen.add(dedupe_key)
         kept.append({"messages": messages, "meta": {
@@ -65,5 +74,21 @@ def build_splits(cfg: dict, tenant: dict, queries: list[dict], teacher_rows: lis
         s["meta"]["split"] = assignment[s["meta"]["group"]]
         splits[s["meta"]["split"]].append(s)
     stats = {"stage": "split", "in": len(validated), "out": len(kept), "dropped": dict(sorted(dropped.items())),
-             "splits": {s: len(v) for s, v in splits.items()}, "groups": len(assignment)}
+             "splits": {s: len(v) for s, v in splits.items()}, "groups": len(assignment),
+             "by_difficulty": {k: _level_stats(c) for k, c in sorted(by_level.items())}}
     return splits, stats
+
+
+def difficulty_label(query_row: dict) -> str:
+    """The row's difficulty (Excel column tenants[].columns.difficulty); "all" when the tenant has none."""
+    if "difficulty" not in query_row:
+        return "all"
+    return query_row["difficulty"] or "(blank)"
+
+
+def _level_stats(c: Counter) -> dict:
+    """Rows of one difficulty: how many came in, how many the top-1 threshold dropped, and the shares."""
+    n, below = c["in"], c["top1_below_threshold"]
+    dropped = sum(v for k, v in c.items() if k != "in")
+    return {"in": n, "top1_below_threshold": below, "top1_drop_share": round(below / n, 4) if n else 0.0,
+            "dropped": dropped, "drop_share": round(dropped / n, 4) if n else 0.0}

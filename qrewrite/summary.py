@@ -25,5 +25,8 @@ def build_summary(tenant: str, stats: dict[str, dict]) -> dict:
                       "rewrite_beats_original_share": stats["validate"]["rewrite_beats_original_share"]},
         "signals": stats["validate"].get("signals"),
         "splits": stats["split"]["splits"],
+        # Share of rows the split stage dropped (thresholds.top1 and other reasons) per difficulty label: a
+        # threshold that drops mostly hard rows makes the test split easier than the tenant's real traffic.
+        "drops_by_difficulty": stats["split"].get("by_difficulty", {}),
         "stages": stats,
     }

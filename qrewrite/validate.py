@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from .entities import EntityLexicon
-from .kb import load_kb
+from .kb import tenant_kb
 from .metrics import TIE_RULE, summarize_hits
 from .rag.cache import cached_http_rag
 from .rag.providers import LocalRag, local_retriever, make_rag
@@ -58,7 +58,7 @@ async def run_validation(cfg: dict, tenant: dict, queries: list[dict], teacher_r
 async def _signal_checks(cfg: dict, tenant: dict, queries: list[dict], teacher_ok: list[dict], quality: str) -> dict:
     """Agreement of the configured retrieval score with gold (``qrewrite.signals``); with the local
     provider, every local score is measured, so the seed's coverage score stays on record beside it."""
-    lexicon = EntityLexicon.from_docs(load_kb(tenant["kb"]["path"]))
+    lexicon = EntityLexicon.from_docs(tenant_kb(tenant))
     teacher = {t["id"]: t["rewrite"] for t in teacher_ok}
     rag = make_rag(cfg, tenant)
     if cfg["rag"]["provider"] == "http":

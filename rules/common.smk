@@ -1,9 +1,11 @@
+import sys
+
 import yaml
 from pathlib import Path
 
 from snakemake.utils import validate
 
-from qrewrite.config import SCHEMA_PATH, validate_config
+from qrewrite.config import SCHEMA_PATH, selected_tenants, validate_config
 from qrewrite.io_utils import write_text_atomic
 from qrewrite.paths import BASE_MODEL, STAGES, tenant_paths
 
@@ -11,16 +13,41 @@ validate(config, str(SCHEMA_PATH))  # fills defaults in place; fails early on a 
 validate_config(config, source="snakemake config")  # cross-field checks (unique tenants, split sums)
 
 TENANTS = {t["name"]: t for t in config["tenants"]}
+# The tenants whose targets `snakemake` builds: all, or those named by `--config only=NAME[,NAME]`.
+# The tenant list itself stays whole, so explicit targets of any tenant keep working.
+SELECTED = selected_tenants(config)
+# Demo tenants build their raw Excel from demo_source (rule build_excel); every other tenant supplies it.
+DEMO_TENANTS = [n for n, t in TENANTS.items() if t["demo_source"]]
+
+# `--configfile` replaces config.yaml's tenant list (Snakemake merges lists by replacing them): say so,
+# so a one-tenant --configfile does not silently drop the other tenants.
+if workflow.overwrite_configfiles and Path("config.yaml").exists():
+    _base = [t.get("name") for t in (yaml.safe_load(Path("config.yaml").read_text(encoding="utf-8")) or {}).get("tenants") or []]
+    _dropped = [n for n in _base if n not in TENANTS]
+    if _dropped:
+        print(f"qrewrite: note: --configfile replaced the tenant list of config.yaml; not in this run: "
+              f"{', '.join(_dropped)}. To run some tenants of config.yaml, use --config only=NAME[,NAME].",
+              file=sys.stderr)
 
 # Apptainer image per environment (`--sdm apptainer`); built from containers/*.def.
 CONTAINERS = config["containers"]
 
-# Every command reads exactly the config Snakemake resolved (config.yaml + --configfile + --config).
-# Rewritten only when its content changes; rules rerun on *params* changes, not on this file.
+# Every command reads exactly the config Snakemake resolved (config.yaml + --configfile + --config), less
+# the run-time selection `only`. Written when the run starts (onstart: never on a dry run, `-n`), and only
+# when its content changes; rules rerun on *params* changes, not on this file.
 RESOLVED_CONFIG = "results/.config.resolved.yaml"
-_resolved = yaml.safe_dump(config, allow_unicode=True, sort_keys=True)
-if not Path(RESOLVED_CONFIG).exists() or Path(RESOLVED_CONFIG).read_text(encoding="utf-8") != _resolved:
-    write_text_atomic(RESOLVED_CONFIG, _resolved)
+
+
+onstart:
+    _resolved = yaml.safe_dump({k: v for k, v in config.items() if k != "only"}, allow_unicode=True,
+                               sort_keys=True)
+    if not Path(RESOLVED_CONFIG).exists() or Path(RESOLVED_CONFIG).read_text(encoding="utf-8") != _resolved:
+        write_text_atomic(RESOLVED_CONFIG, _resolved)
+
+
+# Appended to a rule's shell command that sends its output to {log}: when the command fails, the log's
+# tail (the stage's own error message and hint) is printed on the console too, under Snakemake's error.
+SHOW_LOG_ON_ERROR = " || {{ rc=$?; echo '--- tail of {log}:' >&2; tail -n 40 {log} >&2; exit $rc; }}"
 
 
 wildcard_constraints:
@@ -46,18 +73,19 @@ def raw_excel(wc):
 
 
 def data_targets():
-    return [tenant_paths(t)[k] for t in TENANTS for k in ("summary", "train", "val", "test")]
+    return [tenant_paths(t)[k] for t in SELECTED for k in ("summary", "train", "val", "test")]
 
 
 def model_targets():
-    return [BASE_MODEL] + [tenant_paths(t)[k] for t in TENANTS for k in ("sft_model", "sft_merged", "rl_model")]
+    return [BASE_MODEL] + [tenant_paths(t)[k] for t in SELECTED for k in ("sft_model", "sft_merged", "rl_model")]
 
 
 def eval_targets():
     """Per-tenant eval outputs and the HTML report (rules/eval.smk)."""
     from qrewrite.paths import REPORT_HTML, eval_paths
 
-    return [eval_paths(t)[k] for t in TENANTS for k in ("eval_json", "examples", "plots")] + [REPORT_HTML]
+    per_tenant = [eval_paths(t)[k] for t in SELECTED for k in ("eval_json", "examples", "plots")]
+    return per_tenant + ([REPORT_HTML] if len(SELECTED) == len(TENANTS) else [])  # the report covers every tenant
 
 
 def all_targets():

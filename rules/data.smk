@@ -3,6 +3,9 @@
 
 rule build_excel:
     """Demo tenants only: build the raw Excel from its reviewable JSONL source (exercises the Excel reader)."""
+    wildcard_constraints:
+        # Only tenants with a demo_source: any other tenant's data/raw/<name>.xlsx is the user's own input file.
+        tenant="|".join(DEMO_TENANTS) or "(?!)",
     input:
         source=lambda wc: TENANTS[wc.tenant]["demo_source"],
     output:
@@ -19,7 +22,7 @@ rule build_excel:
     container:
         CONTAINERS["cpu"]
     shell:
-        "qrewrite build-excel --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --out {output} 2> {log}"
+        "qrewrite build-excel --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --out {output} 2> {log}" + SHOW_LOG_ON_ERROR
 
 
 rule ingest:
@@ -42,7 +45,7 @@ rule ingest:
         CONTAINERS["cpu"]
     shell:
         "qrewrite ingest --config {RESOLVED_CONFIG} --tenant {wildcards.tenant}"
-        " --out {output.queries} --stats {output.stats} 2> {log}"
+        " --out {output.queries} --stats {output.stats} 2> {log}" + SHOW_LOG_ON_ERROR
 
 
 rule teacher:
@@ -66,7 +69,7 @@ rule teacher:
         CONTAINERS["cpu"]
     shell:
         "qrewrite teach --config {RESOLVED_CONFIG} --tenant {wildcards.tenant}"
-        " --queries {input.queries} --out {output.teacher} --stats {output.stats} 2> {log}"
+        " --queries {input.queries} --out {output.teacher} --stats {output.stats} 2> {log}" + SHOW_LOG_ON_ERROR
 
 
 rule validate:
@@ -90,7 +93,7 @@ rule validate:
         CONTAINERS["cpu"]
     shell:
         "qrewrite validate --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --queries {input.queries}"
-        " --teacher {input.teacher} --out {output.validated} --stats {output.stats} 2> {log}"
+        " --teacher {input.teacher} --out {output.validated} --stats {output.stats} 2> {log}" + SHOW_LOG_ON_ERROR
 
 
 rule split:
@@ -119,7 +122,7 @@ rule split:
     shell:
         "qrewrite split --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --queries {input.queries}"
         " --teacher {input.teacher} --validated {input.validated} --out-dir {params.out_dir}"
-        " --stats {output.stats} 2> {log}"
+        " --stats {output.stats} 2> {log}" + SHOW_LOG_ON_ERROR
 
 
 rule summarize:
@@ -137,4 +140,4 @@ rule summarize:
     container:
         CONTAINERS["cpu"]
     shell:
-        "qrewrite summarize --tenant {wildcards.tenant} --stats {input.stats} --out {output} 2> {log}"
+        "qrewrite summarize --tenant {wildcards.tenant} --stats {input.stats} --out {output} 2> {log}" + SHOW_LOG_ON_ERROR

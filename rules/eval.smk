@@ -56,7 +56,7 @@ if MODEL_CANDIDATES:
         shell:
             "qrewrite eval-rewrites --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --candidate {wildcards.candidate}"
             " --test {input.test} --queries {input.queries} --model {input.model} --threads {threads}"
-            " --out {output} 2> {log}"
+            " --out {output} 2> {log}" + SHOW_LOG_ON_ERROR
 
 
 if OTHER_CANDIDATES:
@@ -85,7 +85,7 @@ if OTHER_CANDIDATES:
             CONTAINERS["cpu"]
         shell:
             "qrewrite eval-rewrites --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --candidate {wildcards.candidate}"
-            " --test {input.test} --queries {input.queries} --teacher {input.teacher} --out {output} 2> {log}"
+            " --test {input.test} --queries {input.queries} --teacher {input.teacher} --out {output} 2> {log}" + SHOW_LOG_ON_ERROR
 
 
 rule eval:
@@ -116,7 +116,7 @@ rule eval:
     shell:
         "qrewrite eval --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --test {input.test}"
         " --queries {input.queries} --rewrites {input.rewrites} --out {output.eval_json}"
-        " --examples {output.examples} --plots {output.plots} 2> {log}"
+        " --examples {output.examples} --plots {output.plots} 2> {log}" + SHOW_LOG_ON_ERROR
 
 
 rule report:
@@ -138,4 +138,4 @@ rule report:
     container:
         CONTAINERS["cpu"]
     shell:
-        "qrewrite report --config {RESOLVED_CONFIG} --out {output} 2> {log}"
+        "qrewrite report --config {RESOLVED_CONFIG} --out {output} 2> {log}" + SHOW_LOG_ON_ERROR

@@ -24,7 +24,7 @@ rule base_model:
     container:
         CONTAINERS["swift"]
     shell:
-        "qrewrite base-model --config {RESOLVED_CONFIG} --out {output} > {log} 2>&1"
+        "qrewrite base-model --config {RESOLVED_CONFIG} --out {output} > {log} 2>&1" + SHOW_LOG_ON_ERROR
 
 
 rule sft:
@@ -53,7 +53,7 @@ rule sft:
     shell:
         "qrewrite sft --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --base {input.base}"
         " --train {input.train} --val {input.val} --out {output.adapter} --run-dir {params.run_dir}"
-        " --tb {output.tb} --stats {output.stats} --threads {threads} > {log} 2>&1"
+        " --tb {output.tb} --stats {output.stats} --threads {threads} > {log} 2>&1" + SHOW_LOG_ON_ERROR
 
 
 rule merge_sft:
@@ -74,7 +74,7 @@ rule merge_sft:
         CONTAINERS["swift"]
     shell:
         "qrewrite merge --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --base {input.base}"
-        " --adapter {input.adapter} --out {output} > {log} 2>&1"
+        " --adapter {input.adapter} --out {output} > {log} 2>&1" + SHOW_LOG_ON_ERROR
 
 
 rule rl_data:
@@ -101,7 +101,7 @@ rule rl_data:
         CONTAINERS["cpu"]
     shell:
         "qrewrite rl-data --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --train {input.train}"
-        " --val {input.val} --queries {input.queries} --out-dir {params.out_dir} 2> {log}"
+        " --val {input.val} --queries {input.queries} --out-dir {params.out_dir} 2> {log}" + SHOW_LOG_ON_ERROR
 
 
 rule rl:
@@ -134,4 +134,4 @@ rule rl:
     shell:
         RL_LAUNCH + "qrewrite rl --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --model {input.model}"
         " --data-dir {params.data_dir} --out {output.model} --run-dir {params.run_dir} --tb {output.tb}"
-        " --stats {output.stats} --threads {threads} > {log} 2>&1"
+        " --stats {output.stats} --threads {threads} > {log} 2>&1" + SHOW_LOG_ON_ERROR

@@ -122,6 +122,7 @@ def as_dvc_cmd(snakemake_cmd: str) -> str:
     """The Snakemake shell command as the DVC stage runs it: the source config, no redirect to logs/."""
     assert SNAKEMAKE_CONFIG in snakemake_cmd or snakemake_cmd.startswith("qrewrite summarize"), snakemake_cmd
     cmd = snakemake_cmd.replace(SNAKEMAKE_CONFIG, "--config config.yaml")
+    cmd = re.sub(r" \|\| \{ rc=\$\?;.*\}$", "", cmd)  # common.smk SHOW_LOG_ON_ERROR
     return re.sub(r"\s+(2>\s*logs/\S+|>\s*logs/\S+\s+2>&1)$", "", cmd).strip()
 
 

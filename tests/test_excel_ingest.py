@@ -16,6 +16,17 @@ from qrewrite.paths import tenant_paths
 HEADER = ["问题", "用户画像", "历史摘要", "相关文档"]
 
 
+@pytest.fixture
+def project(project):
+    """The demo tenants' config without the difficulty column: the workbooks here are written by hand with the
+    four columns above (a configured column missing from a workbook is an error)."""
+    cfg = project.config
+    for t in cfg["tenants"]:
+        t["columns"]["difficulty"] = None
+    project.set_config(cfg)
+    return project
+
+
 def write_xlsx(path, rows, header=HEADER, title="queries"):
     wb = openpyxl.Workbook()
     ws = wb.active

@@ -49,9 +49,10 @@ def _cell_text(value) -> str:
 
 
 def read_excel(path: str | Path, columns: dict, sheet: str | None = None) -> list[dict]:
-    """Rows as dicts with keys query/profile/history/gold and `row` (1-based Excel row number).
+    """Rows as dicts with keys query/profile/history/gold/difficulty and `row` (1-based Excel row number).
 
-    Errors name the file, row and column. Rows whose cells are all empty are skipped silently (Excel
+    Every configured column must be in the header (a column that is absent is configured as null); errors
+    name the file, row and column. Rows whose cells are all empty are skipped silently (Excel
     often keeps formatted blank rows); everything else is returned for ingest to normalise or drop.
     """
     path = Path(path)
@@ -65,17 +66,18 @@ def read_excel(path: str | Path, columns: dict, sheet: str | None = None) -> lis
             raise QrewriteError(f"sheet {ws.title!r} is empty", file=str(path),
                                 hint="the first row must hold the column headers")
         header = [_cell_text(c.value) for c in ws[1]]
-        wanted = {key: columns.get(key) for key in ("query", "profile", "history", "gold")}
+        wanted = {key: columns.get(key) for key in ("query", "profile", "history", "gold", "difficulty")}
         index: dict[str, int] = {}
         for key, name in wanted.items():
             if name is None:
-                continue
+                continue  # configured as absent (columns.<key>: null)
             if name not in header:
-                if key == "gold":
-                    continue  # the gold column is optional
                 found = [h for h in header if h]
+                hint = f"rename the column in the sheet or set tenants[].columns.{key} to its name"
+                if key != "query":
+                    hint += f" (or to null if the sheet has no {key} column)"
                 raise QrewriteError(f"missing column {name!r} ({key}); columns found: {found}", file=str(path),
-                                    row=1, column=name, hint=f"rename the column or set tenants[].columns.{key}")
+                                    row=1, column=name, hint=hint)
             index[key] = header.index(name)
         for rng in ws.merged_cells.ranges:
             if rng.max_row >= 2 and any(rng.min_col - 1 <= i <= rng.max_col - 1 for i in index.values()):
@@ -101,7 +103,8 @@ def read_excel(path: str | Path, columns: dict, sheet: str | None = None) -> lis
 
 
 def build_excel(source: str | Path, out: str | Path, columns: dict) -> int:
-    """Write the demo workbook from its JSONL source (query, profile, history, gold_doc_ids).
+    """Write the demo workbook from its JSONL source (query, profile, history, gold_doc_ids, underspecified):
+    one column per configured (non-null) entry of `columns`.
 
     Timestamps are pinned so the same source always gives the same bytes (stable hashes for DVC/lineage).
     """
@@ -109,23 +112,29 @@ def build_excel(source: str | Path, out: str | Path, columns: dict) -> int:
     wb = openpyxl.Workbook()
     ws = wb.active
     ws.title = "queries"
-    header = [columns["query"], columns["profile"], columns["history"]]
-    if columns.get("gold"):
-        header.append(columns["gold"])
-    ws.append(header)
+    keys = [k for k in ("query", "profile", "history", "gold", "difficulty") if columns.get(k)]
+    ws.append([columns[k] for k in keys])
     for i, r in enumerate(rows, 1):
         if not isinstance(r.get("query"), str):
             raise QrewriteError("missing or non-string field", file=str(source), row=i, column="query",
                                 hint="every line of the demo source needs a \"query\" string")
-        line = [r["query"], r.get("profile", ""), r.get("history", "")]
-        if columns.get("gold"):
-            line.append(",".join(r.get("gold_doc_ids", [])))
-        ws.append(line)
+        values = {"query": r["query"], "profile": r.get("profile", ""), "history": r.get("history", ""),
+                  "gold": ",".join(r.get("gold_doc_ids", [])), "difficulty": _difficulty(r)}
+        ws.append([values[k] for k in keys])
     wb.properties.created = wb.properties.modified = _FIXED_TIME
     with atomic_path(out) as tmp:
         wb.save(tmp)
         _pin_zip_times(tmp)
     return len(rows)
+
+
+def _difficulty(row: dict) -> str:
+    """A demo row's difficulty label: its `difficulty`, else from the `underspecified` flag."""
+    if row.get("difficulty"):
+        return str(row["difficulty"])
+    if "underspecified" in row:
+        return "underspecified" if row["underspecified"] else "specified"
+    return ""
 
 
 def _pin_zip_times(path: Path) -> None:

@@ -7,7 +7,7 @@ import re
 from collections import Counter
 
 from ..errors import QrewriteError
-from ..kb import load_kb
+from ..kb import tenant_kb
 from ..text import normalize
 from .excel import read_excel
 
@@ -27,7 +27,7 @@ def ingest(tenant: dict) -> tuple[list[dict], dict]:
     if not raw:
         raise QrewriteError("no data rows under the header", file=path,
                             hint="the tenant has no queries; add rows or remove the tenant from config")
-    kb_ids = {d.doc_id for d in load_kb(tenant["kb"]["path"])}
+    kb_ids = {d.doc_id for d in tenant_kb(tenant)}
     max_chars = tenant["thresholds"]["max_query_chars"]
     dropped: Counter = Counter()
     unknown_gold = 0
@@ -50,8 +50,11 @@ def ingest(tenant: dict) -> tuple[list[dict], dict]:
         gold = [g for g in _GOLD_SPLIT.split(rec.get("gold", "")) if g]
         known = [g for g in gold if g in kb_ids]
         unknown_gold += len(gold) - len(known)
-        rows.append({"id": qid, "tenant": tenant["name"], "row": rec["row"], "query": query, "profile": profile,
-                     "history": history, "gold_doc_ids": known})
+        row = {"id": qid, "tenant": tenant["name"], "row": rec["row"], "query": query, "profile": profile,
+               "history": history, "gold_doc_ids": known}
+        if "difficulty" in rec:  # columns.difficulty configured
+            row["difficulty"] = rec["difficulty"]
+        rows.append(row)
     stats = {"stage": "ingest", "in": len(raw), "out": len(rows), "dropped": dict(sorted(dropped.items())),
              "gold_ids_not_in_kb": unknown_gold, "with_gold": sum(1 for r in rows if r["gold_doc_ids"])}
     return rows, stats

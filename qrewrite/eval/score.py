@@ -21,7 +21,7 @@ from ..rag.providers import make_rag
 from ..reward import reward_settings
 from ..reward.formula import win
 from ..reward.judge import judge_sampled, make_judge
-from ..kb import load_kb
+from ..kb import tenant_kb
 from ..signals import judge_auc, load_judge_labels
 from . import stats
 
@@ -75,8 +75,8 @@ def _cost_per_1k(rewrites: list[dict], kind: str) -> tuple[float | None, str]:
 async def _score_all(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[str, list[dict]]) -> dict:
     settings = reward_settings(cfg)
     rag = make_rag(cfg, tenant)
-    docs = load_kb(tenant["kb"]["path"]) if settings["judge"]["provider"] == "rule" else None
-    judge = make_judge(settings, tenant["language"], docs, settings["cache_dir"])
+    docs = tenant_kb(tenant) if settings["judge"]["provider"] == "rule" else None
+    judge = make_judge(settings, tenant["language"], docs, settings["cache_dir"], tenant.get("judge_rubric"))
     share = cfg["eval"]["judge_sample_share"]
     try:
         out = {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..kb import load_kb
+from ..kb import tenant_kb
 from .http_client import HttpRag
 from .local import LocalRetriever
 
@@ -25,7 +25,7 @@ class LocalRag:
 def local_retriever(cfg: dict, tenant: dict) -> LocalRetriever:
     """The tenant's local BM25 retriever with the configured score (``rag.local``)."""
     loc = cfg["rag"]["local"]
-    return LocalRetriever(load_kb(tenant["kb"]["path"]), tenant["language"], loc["k1"], loc["b"],
+    return LocalRetriever(tenant_kb(tenant), tenant["language"], loc["k1"], loc["b"],
                           score=loc.get("score", "relevance"), temperature=loc.get("temperature", 2.0))
 
 

@@ -341,8 +341,11 @@ def parse_judge_reply(content: str | None) -> tuple[float, str]:
     return float(score), reason[:500]
 
 
-def judge_messages(query: str, profile: str, history: str, rewrite: str) -> list[dict]:
+def judge_messages(query: str, profile: str, history: str, rewrite: str, rubric: str | None = None) -> list[dict]:
     """The judge prompt: rubric as system message, the material as a JSON-escaped <data> block.
+
+    ``rubric`` (tenants[].judge_rubric) replaces the first paragraph of JUDGE_SYSTEM, what a good rewrite is;
+    the score scale, the data/injection rules and the reply format stay.
 
     ``<`` and ``>`` inside strings are escaped (\\u003c, \\u003e: still valid JSON) so no field can
     close the block early.
@@ -350,7 +353,8 @@ def judge_messages(query: str, profile: str, history: str, rewrite: str) -> list
     data = json.dumps({"query": query or "", "user_profile": profile or "", "history_summary": history or "",
                        "rewrite": rewrite or ""}, ensure_ascii=False, indent=1)
     data = data.replace("<", "\\u003c").replace(">", "\\u003e")
-    return [{"role": "system", "content": JUDGE_SYSTEM},
+    system = JUDGE_SYSTEM if not rubric else rubric.strip() + JUDGE_SYSTEM[JUDGE_SYSTEM.index("\n\nScores:"):]
+    return [{"role": "system", "content": system},
             {"role": "user", "content": f"<data>\n{data}\n</data>"}]
 
 
@@ -364,7 +368,7 @@ class OpenAIJudge:
 
     provider = "openai"
 
-    def __init__(self, ocfg: dict, cache: DiskCache | None = None):
+    def __init__(self, ocfg: dict, cache: DiskCache | None = None, rubric: str | None = None):
         import openai  # noqa: F401  (imported lazily: the rule judge needs no SDK)
         from openai import AsyncOpenAI
 
@@ -378,6 +382,7 @@ class OpenAIJudge:
         self.client = AsyncOpenAI(api_key=api_key, base_url=ocfg["base_url"], timeout=ocfg["timeout_s"],
                                   max_retries=0)
         self.cache = cache
+        self.rubric = rubric
         self.sem = asyncio.Semaphore(int(ocfg.get("concurrency", 8)))
         self.calls = 0
         self.cache_hits = 0
@@ -436,7 +441,7 @@ class OpenAIJudge:
             return Verdict(1.0, "empty rewrite")
         if _INJECTION.search(rewrite):
             return self._fail("injection_suspected", "rewrite addresses the judge; not sent")
-        messages = judge_messages(query, profile, history, rewrite)
+        messages = judge_messages(query, profile, history, rewrite, self.rubric)
         key = call_key("judge:openai", self.model, messages, self.params)
         entry = self.cache.get(key) if self.cache else None
         if entry is None:
@@ -466,13 +471,15 @@ class OpenAIJudge:
         await self.client.close()
 
 
-def make_judge(settings: dict, language: str, docs: list | None = None, cache_dir: str | None = None):
-    """The judge named by ``reward.judge.provider`` (``settings`` = ``reward_settings(cfg)``); ``docs``
-    is the tenant's KB, which the rule judge reads its entities and aspects from."""
+def make_judge(settings: dict, language: str, docs: list | None = None, cache_dir: str | None = None,
+               rubric: str | None = None):
+    """The judge named by ``reward.judge.provider`` (``settings`` = ``reward_settings(cfg)``); ``docs``:
+    the tenant's KB, which the rule judge reads its entities and aspects from; ``rubric``: the tenant's
+    judge_rubric (OpenAI judge only)."""
     jcfg = settings["judge"]
     if jcfg["provider"] == "rule":
         return RuleJudge(language, docs)
     if jcfg["provider"] == "openai":
         cache = DiskCache(os.path.join(cache_dir or settings["cache_dir"], "judge"))
-        return OpenAIJudge(jcfg["openai"], cache)
+        return OpenAIJudge(jcfg["openai"], cache, rubric)
     raise QrewriteError(f"unknown reward.judge.provider {jcfg['provider']!r}", hint="use rule or openai")

@@ -30,11 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..io_utils import sha256_json
-from ..kb import load_kb
+from ..kb import tenant_kb
 from ..rag.local import SCORE_VERSION
 from ..rag.providers import make_rag
 from ..teacher.cache import DiskCache
-from ..text import tokenize
 from . import formula, reward_settings
 from .judge import Verdict, judge_sampled, make_judge
 
@@ -164,8 +163,8 @@ class RewardScorer:
         self.rag_disk = DiskCache(cache_dir / "rag")
         self._rag_mem: dict[str, list[dict]] = {}
         if judge is None:
-            docs = load_kb(tenant["kb"]["path"]) if self.settings["judge"]["provider"] == "rule" else None
-            judge = make_judge(self.settings, self.language, docs, str(cache_dir))
+            docs = tenant_kb(tenant) if self.settings["judge"]["provider"] == "rule" else None
+            judge = make_judge(self.settings, self.language, docs, str(cache_dir), tenant.get("judge_rubric"))
         self.judge = judge
         self._verdicts: dict[tuple, asyncio.Task] = {}
         self._loop: _LoopThread | None = None

@@ -22,17 +22,17 @@ def make_teacher(cfg: dict, tenant: dict):
     tcfg = cfg["teacher"]
     if tcfg["provider"] == "openai":
         return OpenAITeacher(tcfg["openai"], tcfg["prices"])
-    from ..kb import load_kb
+    from ..kb import tenant_kb
 
     if tcfg["provider"] == "resolve":
         from ..entities import EntityLexicon
 
-        return ResolveTeacher(EntityLexicon.from_docs(load_kb(tenant["kb"]["path"])))
+        return ResolveTeacher(EntityLexicon.from_docs(tenant_kb(tenant)))
     from ..rag.local import LocalRetriever
 
     loc = cfg["rag"]["local"]
     # PRF expands with raw BM25 weights: the retriever's reranker score plays no part in it.
-    retriever = LocalRetriever(load_kb(tenant["kb"]["path"]), tenant["language"], loc["k1"], loc["b"])
+    retriever = LocalRetriever(tenant_kb(tenant), tenant["language"], loc["k1"], loc["b"])
     return PrfTeacher(retriever, tcfg["prf"])
 
 
