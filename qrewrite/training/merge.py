@@ -5,14 +5,14 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from ..config import base_model_swift
 from ..errors import QrewriteError
 from ..io_utils import atomic_dir
 from . import swift_cmds as sc
 
 
 def merge_lora(cfg: dict, *, base: str, adapter: str, out: str, log_file: str | None = None) -> dict:
-    hp = {"device": cfg["train"]["device"], "model_type": cfg["base_model"]["model_type"],
-          "template": cfg["base_model"]["template"]}
+    hp = {"device": cfg["train"]["device"], **base_model_swift(cfg)}
     with atomic_dir(out) as tmp:
         export_dir = Path(tmp) / "export"  # swift wants to create output_dir itself
         wall = sc.run_swift(sc.export_merge_cmd({**hp, "model": base, "adapter": adapter,

@@ -6,6 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
+from ..config import base_model_swift
 from ..envs import REPO
 from ..reward.monitor import FLUSH_EVERY_ENV, TB_DIR_ENV
 from ..reward.scorer import CONFIG_ENV, PROJECT_ROOT_ENV
@@ -17,8 +18,7 @@ REWARD_FUNC = "qrewrite_reward"
 
 
 def grpo_hparams(cfg: dict) -> dict:
-    return {**cfg["rl"]["swift_grpo"], "device": cfg["train"]["device"],
-            "model_type": cfg["base_model"]["model_type"], "template": cfg["base_model"]["template"]}
+    return {**cfg["rl"]["swift_grpo"], "device": cfg["train"]["device"], **base_model_swift(cfg)}
 
 
 def run_swift_grpo(cfg: dict, *, config_path: str, model: str, train_jsonl: str, out: str, run_dir: str,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from ..config import base_model_swift
 from ..errors import QrewriteError
 from ..io_utils import atomic_dir
 from . import swift_cmds as sc
@@ -15,8 +16,7 @@ ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "args.json"
 
 def sft_hparams(cfg: dict) -> dict:
     """The `swift sft` hyper-parameters for this config: train.sft + device + the base model's swift type."""
-    return {**cfg["train"]["sft"], "device": cfg["train"]["device"],
-            "model_type": cfg["base_model"]["model_type"], "template": cfg["base_model"]["template"]}
+    return {**cfg["train"]["sft"], "device": cfg["train"]["device"], **base_model_swift(cfg)}
 
 
 def eval_history(run_dir: str | Path) -> dict:
