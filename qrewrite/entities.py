@@ -163,11 +163,11 @@ class EntityLexicon:
     def mentions(self, text: str) -> list[Mention]:
         """Entity mentions in ``text`` (normalised), left to right, non-overlapping, unambiguous."""
         t = normalize(text)
-        cands = []
-        for e in self.entities:
-            score, s, end = self._best_window(t, e)
-            if self._accept(score, e, self._exact(t[s:end], e)):
-                cands.append((score, e, s, end))
+        windows = [(*self._best_window(t, e), e) for e in self.entities]
+        # Rivals need not pass the acceptance bar: "英语" is as much 大学英语四六级通关班 (too long to accept
+        # on two characters) as 考研英语全程班, so it resolves to neither.
+        everyone = [(score, e, s, end) for score, s, end, e in windows if score >= MIN_WEIGHT]
+        cands = [c for c in everyone if self._accept(c[0], c[1], self._exact(t[c[2]:c[3]], c[1]))]
         cands.sort(key=lambda c: (-c[0], -len(c[1]), c[2]))
         out: list[Mention] = []
         taken: list[tuple[int, int, float]] = []
@@ -175,7 +175,7 @@ class EntityLexicon:
             overlap = [x for x in taken if s < x[1] and x[0] < end]
             if overlap:
                 continue
-            rivals = [c[0] for c in cands if c[1] != e and c[2] < end and s < c[3]]
+            rivals = [c[0] for c in everyone if c[1] != e and c[2] < end and s < c[3]]
             if rivals and score - max(rivals) < AMBIGUITY_MARGIN:
                 # Equally good for two entities ("英语" in two course names): resolves to neither.
                 taken.append((s, end, score))

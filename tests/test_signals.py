@@ -1,0 +1,200 @@
+"""Faithful signals: tie-aware ranking, a retrieval score that agrees with gold, a judge measured on labelled
+sets, the embedded resolve teacher, and the pipeline writing those figures where a user reads them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from conftest import REPO, Project
+from qrewrite.entities import EntityLexicon
+from qrewrite.kb import Doc, load_kb
+from qrewrite.metrics import gold_ranking
+from qrewrite.rag.local import LocalRetriever
+from qrewrite.rag.providers import LocalRag
+from qrewrite.reward.judge import RuleJudge, Verdict
+from qrewrite.signals import auc, judge_auc, load_judge_labels, score_agreement
+from qrewrite.teacher.prf import PrfTeacher
+from qrewrite.teacher.resolve import ResolveTeacher
+
+TENANTS = ("fivedoctors", "chengla")
+PRF = dict(fb_docs=1, fb_terms=4, original_weight=0.6, history_weight=0.5, profile_weight=0.1, max_term_df=0.2)
+
+
+def demo_queries(tenant: str) -> list[dict]:
+    rows = [json.loads(line) for line in (REPO / "data/demo" / f"{tenant}.queries.jsonl").read_text("utf-8").splitlines()]
+    return [{**r, "id": f"q{i}"} for i, r in enumerate(rows)]
+
+
+def kb(tenant: str) -> list[Doc]:
+    return load_kb(REPO / "data/kb" / f"{tenant}.jsonl")
+
+
+# ------------------------------------------------------------------------------------------------- ties
+
+def tie_kb(gold_first: bool) -> list[Doc]:
+    gold = Doc("gold", "鱼油用法", "深海鱼油每天吃两粒")
+    twin = Doc("twin", "鱼油用法", "深海鱼油每天吃两粒")      # same text: exactly the same BM25 score
+    rest = [Doc(f"d{i}", f"其他{i}", f"叶酸片第{i}条说明") for i in range(6)]
+    return ([gold, twin] if gold_first else [twin, gold]) + rest
+
+
+@pytest.mark.parametrize("score", ["relevance", "coverage"])
+def test_hit_at_1_of_a_tie_does_not_depend_on_kb_file_order(score):
+    results = []
+    for gold_first in (True, False):
+        r = LocalRetriever(tie_kb(gold_first), "zh", score=score)
+        hits = r.search("鱼油每天吃几粒", 5)
+        results.append(gold_ranking(hits, ["gold"]))
+    assert results[0] == results[1]
+    assert results[0]["hit_at_1"] == 0.5 and results[0]["rr"] == 0.75 and results[0]["gold_tied"] == 2
+
+
+def test_gold_ranking_expectations():
+    def hits(*scores):
+        return [{"doc_id": d, "reranker_score": s} for d, s in zip("abcdefgh", scores)]
+    # gold alone on top; tied in a group of 3 below one better document; two golds in a group of 4
+    assert gold_ranking(hits(0.9, 0.5, 0.1), ["a"])["hit_at_1"] == 1.0
+    r = gold_ranking(hits(0.9, 0.5, 0.5, 0.5), ["c"])
+    assert (r["hit_at_1"], r["gold_rank"]) == (0.0, 4) and r["rr"] == pytest.approx((1 / 2 + 1 / 3 + 1 / 4) / 3)
+    r = gold_ranking(hits(0.5, 0.5, 0.5, 0.5), ["a", "d"])
+    assert r["hit_at_1"] == pytest.approx(0.5)           # P(a gold first) = 2/4
+    assert r["rr"] == pytest.approx(1 * 3 / 6 + 1 / 2 * 2 / 6 + 1 / 3 * 1 / 6)
+    # gold straddling the Hit@5 cut-off: positions 4..7 of which 2 are <= 5
+    assert gold_ranking(hits(0.9, 0.8, 0.7, 0.1, 0.1, 0.1, 0.1), ["e"])["hit_at_5"] == pytest.approx(0.5)
+    assert gold_ranking(hits(0.9), ["z"]) == {"hit_at_1": 0.0, "hit_at_5": 0.0, "rr": 0.0, "gold_rank": None,
+                                              "gold_tied": 0}
+
+
+def test_local_hits_carry_the_whole_tie_group_at_the_cut_off():
+    r = LocalRetriever(tie_kb(True), "zh")
+    hits = r.search("鱼油每天吃几粒", 1)
+    assert {h["doc_id"] for h in hits} == {"gold", "twin"}   # top_k 1, but both tied documents
+
+
+# ------------------------------------------------------------------------------------- retrieval score
+
+def test_relevance_score_is_low_when_a_query_matches_many_documents_equally():
+    r = LocalRetriever(kb("fivedoctors"), "zh")
+    vague = r.search("这个怎么吃", 5)[0]["reranker_score"]          # every product's dosage page alike
+    pinned = r.search("深海鱼油软胶囊每天吃几粒", 5)
+    assert vague < 0.05 and pinned[0]["doc_id"] == "fd-002" and pinned[0]["reranker_score"] > 0.5
+    # a pasted distractor history pins down a document the question never asked about: the coverage of
+    # the user's question keeps its score below the resolved question's
+    q = "乳青蛋白要不要放冰箱"
+    pasted = r.search(f"{q} 用户此前咨询过物流发货时间", 5, question=q)
+    resolved = r.search("乳清蛋白粉要不要放冰箱", 5, question=q)
+    assert resolved[0]["doc_id"] == "fd-032" and pasted[0]["reranker_score"] < resolved[0]["reranker_score"]
+
+
+@pytest.mark.parametrize("tenant", TENANTS)
+def test_relevance_score_agrees_with_gold_on_the_demo(tenant):
+    """The issue's bar: >= 85 % of pairs; the seed's coverage score sits far below it (the before figure)."""
+    queries = demo_queries(tenant)
+    docs = kb(tenant)
+    lexicon = EntityLexicon.from_docs(docs)
+    teacher = ResolveTeacher(lexicon)
+    rewrites = {q["id"]: teacher.rewrite(q["query"], q["profile"], q["history"]) for q in queries}
+
+    def agreement(score, quality):
+        rag = LocalRag(LocalRetriever(docs, "zh", score=score), top_k=5, score_threshold=0.0)
+        return asyncio.run(score_agreement(rag, queries, rewrites, lexicon, quality))
+
+    new = agreement("relevance", "top1")
+    old = agreement("coverage", "seed")
+    assert new["pairs"] >= 150 and new["agreement"] >= 0.85
+    assert old["agreement"] < 0.7
+    assert set(new["texts"]) == {"raw", "teacher", "query_history", "referent_filled"}
+
+
+# ------------------------------------------------------------------------------------------------ judge
+
+@pytest.mark.parametrize("tenant", TENANTS)
+def test_rule_judge_auc_on_the_labelled_sets(tenant):
+    rows = load_judge_labels(str(REPO / "data/demo" / f"{tenant}.judge_labels.jsonl"))
+    assert len(rows) >= 60 and {r["label"] for r in rows} == {"good", "bad"}
+    assert {"missing_referent", "wrong_referent", "aspect_changed", "answers", "asks_back", "keyword_bag",
+            "too_long"} <= {r["failure"] for r in rows if r["label"] == "bad"}
+    res = asyncio.run(judge_auc(RuleJudge("zh", kb(tenant)), rows))
+    assert res["auc"] >= 0.9
+    assert all(f["auc"] >= 0.75 for f in res["by_failure"].values())
+
+
+def test_auc_is_a_half_for_a_constant_judge_and_labels_are_checked(tmp_path):
+    class Constant:  # TEST FAKE: the old embedded judge's failure mode, one score for everything
+        async def judge(self, *a):
+            return Verdict(4.0, "constant")
+
+    rows = load_judge_labels(str(REPO / "data/demo/chengla.judge_labels.jsonl"))
+    assert asyncio.run(judge_auc(Constant(), rows))["auc"] == 0.5
+    assert auc([5, 4], [1, 2]) == 1.0 and auc([1], [5]) == 0.0 and auc([], [1]) is None
+    bad = tmp_path / "labels.jsonl"
+    bad.write_text('{"query": "q", "rewrite": "r", "label": "fine"}\n', encoding="utf-8")
+    from qrewrite.errors import QrewriteError
+    with pytest.raises(QrewriteError, match="label 'fine' is not good or bad"):
+        load_judge_labels(str(bad))
+
+
+def test_rule_judge_scores_spread_over_raw_teacher_and_pasted_history():
+    queries = [q for q in demo_queries("fivedoctors") if q["underspecified"]][:40]
+    docs = kb("fivedoctors")
+    judge, teacher = RuleJudge("zh", docs), ResolveTeacher(EntityLexicon.from_docs(docs))
+
+    def mean(texts):
+        return sum(judge.score(q["query"], q["profile"], q["history"], t).score for q, t in zip(queries, texts)) / len(queries)
+
+    raw = mean([q["query"] for q in queries])
+    pasted = mean([f"{q['query']} {q['history']}" for q in queries])
+    resolved = mean([teacher.rewrite(q["query"], q["profile"], q["history"]) for q in queries])
+    assert resolved > 4.5 and raw < 3.0 and pasted < 4.0
+
+
+# ---------------------------------------------------------------------------------------------- teacher
+
+def test_entity_lexicon_reads_entities_off_kb_titles_and_finds_loose_mentions():
+    lex = EntityLexicon.from_docs(kb("chengla"))
+    assert "考研政治冲刺班" in lex.entities and "少儿编程Python启蒙课" in lex.entities
+    assert lex.doc_entity["cl-006"] == "考研英语全程班" and lex.doc_aspect["cl-006"] == "适合人群与基础要求"
+    assert lex.doc_entity["cl-075"] is None                    # 转班与延期规则: tenant-wide
+    for text, entity in (("小学澳数能不能退钱啊", "小学奥数思维课"), ("初级会几是直播还是录播", "初级会计职称班"),
+                         ("用户刚下单了行测", "公务员行测系统班"), ("少儿编城是直播还是录播", "少儿编程Python启蒙课")):
+        assert [m.entity for m in lex.mentions(text)] == [entity], text
+    assert lex.mentions("英语怎么学") == []                     # two English courses: ambiguous, no guess
+    assert lex.mentions("资料会寄过来吗") == []                  # one character and a homophone: chance
+    assert lex.last_mentioned("用户对比了小学奥数思维课和申论写作精品班，最后选了小学奥数思维课") == "小学奥数思维课"
+
+
+@pytest.mark.parametrize("tenant,prf_before", [("fivedoctors", 0.704), ("chengla", 0.838)])
+def test_resolve_teacher_retrieves_at_least_as_well_as_prf(tenant, prf_before):
+    """Tie-aware gold Hit@1 over every demo row, through the default retrieval score."""
+    queries = demo_queries(tenant)
+    docs = kb(tenant)
+    resolve = ResolveTeacher(EntityLexicon.from_docs(docs))
+    prf = PrfTeacher(LocalRetriever(docs, "zh"), PRF)
+    r = LocalRetriever(docs, "zh")
+
+    def hit1(teacher):
+        got = [gold_ranking(r.search(teacher.rewrite(q["query"], q["profile"], q["history"]), 5, question=q["query"]),
+                            q["gold_doc_ids"])["hit_at_1"] for q in queries if q["gold_doc_ids"]]
+        return sum(got) / len(got)
+
+    assert hit1(resolve) >= max(prf_before, hit1(prf))
+
+
+# ----------------------------------------------------------------------------------------- the pipeline
+
+def test_validation_writes_the_agreement_figure_into_the_summary(tmp_path):
+    project = Project(tmp_path / "proj")
+    project.keep_queries("chengla", 80)
+    for stage in ("build-excel", "ingest", "teach", "validate", "split"):
+        project.stage(stage, tenant="chengla")
+    project.qrewrite("summarize", "--tenant", "chengla", "--stats", *[f"results/chengla/stats/{s}.json" for s in
+                     ("ingest", "teacher", "validate", "split")], "--out", "results/chengla/summary.json")
+    summary = json.loads((project.root / "results/chengla/summary.json").read_text(encoding="utf-8"))
+    sa = summary["signals"]["score_agreement"]
+    assert sa["score"] == "relevance" and sa["quality"] == "top1" and sa["agreement"] >= 0.85
+    assert sa["alternatives"]["coverage/seed"]["agreement"] < sa["agreement"]
+    hit = summary["retrieval"]["hit_at_1"]
+    assert "random tie-breaking" in hit["tie_rule"] and hit["rewrite"] > hit["original"]
