@@ -1,0 +1,433 @@
+"""Carry a pinned wheel set to the lent GPU machine, which has no network, in pieces of at most 60 MiB.
+
+One device `run` call carries at most 64 MiB (the working tree included), and the vLLM 0.24.0 wheel alone
+is 279 MB, so the set is cut up here and put back together there:
+
+here   plan        resolve the pins for the device's Python/platform (pip --dry-run --report, metadata only)
+       download    fetch the planned wheels (pip download --no-deps), build the sdist-only pins as wheels,
+                   check every sha256 against the resolver's
+       split       numbered chunk folders chunk-00, chunk-01, ... of at most --max-mib each; wheels bigger than
+                   a chunk are cut into byte pieces; every chunk holds manifest.json (sha256 of every piece
+                   and every whole wheel)
+there  gather      one call per chunk: check the carried chunk's pieces and copy it out of the repo
+       install     all chunks present? every piece and every re-joined wheel matches its sha256? then
+                   pip install --no-index --no-deps --target DIR
+
+Standard library only: the device's python3 runs it straight from the repo (`python3 -m qrewrite.wheel_stage`).
+docs/gpu-check.md ("verl staging") has the exact sequence of device calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from .errors import QrewriteError
+from .io_utils import atomic_dir, atomic_path
+
+MIB = 1024 * 1024
+MANIFEST = "manifest.json"
+FORMAT = 1
+# Room kept free in every chunk for its copy of manifest.json (checked after writing, not assumed).
+MANIFEST_RESERVE = 256 * 1024
+# The lent GPU image (docs/gpu-check.md): CPython 3.12 on x86-64 glibc. pip matches manylinux tags exactly,
+# so every glibc level a wheel of this set may carry is listed.
+PYTHON_VERSION = "3.12"
+PLATFORMS = ("manylinux_2_39_x86_64", "manylinux_2_35_x86_64", "manylinux_2_34_x86_64", "manylinux_2_31_x86_64",
+             "manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
+             "manylinux2014_x86_64", "manylinux1_x86_64", "linux_x86_64")
+# The image's CUDA torch stack: vLLM 0.24.0 pins torch==2.11.0, which the image already has (with the
+# nvidia-* / cuda-* / triton wheels built for it); carrying a second copy would be GBs and could shadow it.
+DEFAULT_EXCLUDE = ("torch", "torchvision", "torchaudio", "triton", "nvidia-*", "cuda-*")
+
+
+class StageError(QrewriteError):
+    """A staging step found something wrong (bad piece, missing chunk, unresolvable pin)."""
+
+
+def canon(name: str) -> str:
+    """PEP 503 normalised project name."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(MIB), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- plan (here, network)
+
+def read_pins(files: Iterable[str | Path]) -> list[str]:
+    """Requirement lines of pip requirement files (comments and blank lines dropped, order kept, no repeats)."""
+    out: list[str] = []
+    for f in files:
+        for line in Path(f).read_text(encoding="utf-8").splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line and line not in out:
+                if line.startswith("-"):
+                    raise StageError(f"pip option {line!r} is not supported here", file=str(f))
+                out.append(line)
+    return out
+
+
+def read_have(path: str | Path | None) -> dict[str, str | None]:
+    """What the device image already holds: `name==version` (that version) or `name` (any version)."""
+    have: dict[str, str | None] = {}
+    if path:
+        for line in read_pins([path]):
+            name, _, version = line.partition("==")
+            have[canon(name)] = version.strip() or None
+    return have
+
+
+def _pin_name(pin: str) -> str:
+    return canon(re.split(r"[<>=!~;\[ ]", pin, 1)[0])
+
+
+def _pip_platform_args(python_version: str, platforms: Sequence[str]) -> list[str]:
+    args = ["--only-binary=:all:", "--python-version", python_version, "--implementation", "cp",
+            "--abi", "cp" + python_version.replace(".", "")]
+    for p in platforms:
+        args += ["--platform", p]
+    return args
+
+
+def resolve(pins: Sequence[str], *, python_version: str = PYTHON_VERSION, platforms: Sequence[str] = PLATFORMS,
+            pip: Sequence[str] = (sys.executable, "-m", "pip"), run: Callable = subprocess.run,
+            max_sdist: int = 20) -> tuple[dict, list[str]]:
+    """pip's install report for `pins` on the device's platform, and the pins that have no wheel at all.
+
+    pip resolves a foreign platform only with --only-binary=:all:, so a pin that exists only as an sdist
+    (antlr4-python3-runtime, jieba) stops the resolver; it is taken out, named in the second return value
+    (`download` builds it as a wheel) and the resolution retried. Only metadata is fetched.
+    """
+    remaining, sdist_only = list(pins), []
+    with tempfile.TemporaryDirectory(prefix="qrw-plan-") as tmp:
+        for _ in range(max_sdist + 1):
+            reqs, report = Path(tmp) / "reqs.txt", Path(tmp) / "report.json"
+            reqs.write_text("\n".join(remaining) + "\n", encoding="utf-8")
+            report.unlink(missing_ok=True)
+            argv = [*pip, "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
+                    "--target", str(Path(tmp) / "target"), *_pip_platform_args(python_version, platforms),
+                    "-r", str(reqs)]
+            proc = run(argv, capture_output=True, text=True)
+            if proc.returncode == 0:
+                return json.loads(report.read_text(encoding="utf-8")), sdist_only
+            m = re.search(r"No matching distribution found for (\S+)", proc.stderr or "")
+            stuck = [p for p in remaining if m and _pin_name(p) == _pin_name(m.group(1))]
+            if not stuck:
+                raise StageError("pip could not resolve the pins for the device platform:\n"
+                                 + "\n".join((proc.stderr or "").strip().splitlines()[-15:]))
+            remaining.remove(stuck[0])
+            sdist_only.append(stuck[0])
+    raise StageError(f"more than {max_sdist} pins have no wheel: {sdist_only}")
+
+
+def make_plan(report: dict, sdist_only: Sequence[str], *, exclude: Sequence[str] = DEFAULT_EXCLUDE,
+              have: dict[str, str | None] | None = None) -> dict:
+    """Which resolved wheels travel: all but the excluded names and what the image has at that version."""
+    have = have or {}
+    wheels, skipped = [], []
+    for item in report.get("install", []):
+        meta, info = item["metadata"], item["download_info"]
+        name, version = canon(meta["name"]), meta["version"]
+        if any(fnmatch.fnmatchcase(name, pat) for pat in exclude):
+            skipped.append({"name": name, "version": version, "why": "excluded (the image's torch stack)"})
+            continue
+        if name in have and have[name] in (None, version):
+            skipped.append({"name": name, "version": version, "why": f"image has {have[name] or 'it'}"})
+            continue
+        hashes = info.get("archive_info", {}).get("hashes", {})
+        wheels.append({"name": name, "version": version, "filename": info["url"].rsplit("/", 1)[-1],
+                       "url": info["url"], "sha256": hashes.get("sha256"),
+                       "image_version": have.get(name)})
+    return {"format": FORMAT, "wheels": sorted(wheels, key=lambda w: w["name"]), "build": list(sdist_only),
+            "skipped": sorted(skipped, key=lambda s: s["name"])}
+
+
+def download(plan: dict, dest: str | Path, *, python_version: str = PYTHON_VERSION,
+             platforms: Sequence[str] = PLATFORMS, pip: Sequence[str] = (sys.executable, "-m", "pip"),
+             run: Callable = subprocess.run) -> list[Path]:
+    """Fetch the plan's wheels into `dest`, build its sdist-only pins, check the sha256s pip resolved."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    pins = [f"{w['name']}=={w['version']}" for w in plan["wheels"]]
+    if pins:
+        run([*pip, "download", "--no-deps", *_pip_platform_args(python_version, platforms), "-d", str(dest),
+             *pins], check=True)
+    for pin in plan.get("build", []):
+        # --no-binary for this name only: its build backend (setuptools) may still come as a wheel
+        run([*pip, "wheel", "--no-deps", "--no-binary", _pin_name(pin), "-w", str(dest), pin], check=True)
+    out = []
+    for w in plan["wheels"]:
+        path = dest / w["filename"]
+        if not path.is_file():
+            raise StageError(f"{w['filename']} was not downloaded into {dest}")
+        if w["sha256"] and sha256_file(path) != w["sha256"]:
+            raise StageError(f"{path} does not match the sha256 pip resolved ({w['sha256']})")
+        out.append(path)
+    for pin in plan.get("build", []):
+        name = _pin_name(pin).replace("-", "_")
+        built = [p for p in dest.glob("*.whl") if canon(p.name.split("-")[0]) == canon(name)]
+        # built here with this machine's Python: only a pure-Python wheel is sure to fit the device
+        bad = [p.name for p in built if not p.name.endswith("-none-any.whl")]
+        if not built or bad:
+            raise StageError(f"{pin}: expected a pure-Python wheel built from its sdist, got {bad or 'none'}")
+        out += built
+    return out
+
+
+# --------------------------------------------------------------------------- split (here, no network)
+
+def _pack(pieces: list[dict], capacity: int) -> list[list[dict]]:
+    """First-fit decreasing: few chunks, each at most `capacity` bytes."""
+    chunks: list[list[dict]] = []
+    room: list[int] = []
+    for piece in sorted(pieces, key=lambda p: (-p["size"], p["file"])):
+        for i, free in enumerate(room):
+            if piece["size"] <= free:
+                chunks[i].append(piece)
+                room[i] -= piece["size"]
+                break
+        else:
+            chunks.append([piece])
+            room.append(capacity - piece["size"])
+    return chunks
+
+
+def split(src: str | Path, stage: str | Path, *, max_mib: float = 60) -> dict:
+    """Cut the wheels of `src` into numbered chunk folders under `stage` (replaced atomically)."""
+    src = Path(src)
+    wheel_files = sorted(src.glob("*.whl"))
+    if not wheel_files:
+        raise StageError(f"no .whl files in {src}")
+    max_bytes = int(max_mib * MIB)
+    capacity = max_bytes - MANIFEST_RESERVE
+    if capacity <= 0:
+        raise StageError(f"--max-mib {max_mib} leaves no room beside the manifest")
+    wheels, pieces = [], []
+    for path in wheel_files:
+        size = path.stat().st_size
+        n = max(1, -(-size // capacity))
+        names = [path.name] if n == 1 else [f"{path.name}.part{i:03d}" for i in range(n)]
+        entry = {"file": path.name, "size": size, "sha256": sha256_file(path), "pieces": names}
+        wheels.append(entry)
+        for i, piece in enumerate(names):
+            pieces.append({"file": piece, "wheel": path.name, "offset": i * capacity,
+                           "size": min(capacity, size - i * capacity)})
+    chunks = _pack(pieces, capacity)
+    with atomic_dir(stage) as tmp:
+        for ci, chunk in enumerate(chunks):
+            cdir = tmp / f"chunk-{ci:02d}"
+            cdir.mkdir()
+            for piece in chunk:
+                piece["chunk"] = cdir.name
+                piece["sha256"] = _copy_range(src / piece["wheel"], piece["offset"], piece["size"],
+                                              cdir / piece["file"])
+        manifest = {"format": FORMAT, "max_bytes": max_bytes, "chunks": [f"chunk-{i:02d}" for i in range(len(chunks))],
+                    "wheels": wheels,
+                    "pieces": sorted(({k: p[k] for k in ("file", "wheel", "chunk", "size", "sha256")}
+                                      for p in pieces), key=lambda p: p["file"])}
+        text = json.dumps(manifest, indent=1) + "\n"
+        if len(text.encode()) > MANIFEST_RESERVE:
+            raise StageError(f"manifest is {len(text)} bytes, more than the {MANIFEST_RESERVE} kept for it")
+        for name in [*manifest["chunks"], "."]:
+            (tmp / name / MANIFEST).write_text(text, encoding="utf-8")
+        for name in manifest["chunks"]:
+            total = sum(p.stat().st_size for p in (tmp / name).iterdir())
+            if total > max_bytes:  # cannot happen given the reserve; checked because the limit is hard
+                raise StageError(f"{name} is {total} bytes, over {max_bytes}")
+    return manifest
+
+
+def _copy_range(src: Path, offset: int, size: int, dest: Path) -> str:
+    h = hashlib.sha256()
+    with open(src, "rb") as fin, open(dest, "wb") as fout:
+        fin.seek(offset)
+        left = size
+        while left:
+            block = fin.read(min(MIB, left))
+            if not block:
+                raise StageError(f"{src} ended early at byte {offset + size - left}")
+            h.update(block)
+            fout.write(block)
+            left -= len(block)
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- there (no network)
+
+def load_manifest(folder: str | Path) -> dict:
+    path = Path(folder) / MANIFEST
+    if not path.is_file():
+        found = sorted(Path(folder).glob(f"chunk-*/{MANIFEST}"))
+        if not found:
+            raise StageError(f"no {MANIFEST} in {folder} or its chunk-*/ folders")
+        path = found[0]
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    if manifest.get("format") != FORMAT:
+        raise StageError(f"{path}: manifest format {manifest.get('format')!r}, expected {FORMAT}")
+    return manifest
+
+
+def verify_chunk(chunk_dir: str | Path, manifest: dict | None = None) -> list[str]:
+    """Check every piece the manifest puts in this chunk; returns their names."""
+    chunk_dir = Path(chunk_dir)
+    manifest = manifest or load_manifest(chunk_dir)
+    mine = [p for p in manifest["pieces"] if p["chunk"] == chunk_dir.name]
+    if chunk_dir.name not in manifest["chunks"]:
+        raise StageError(f"{chunk_dir} is not one of the manifest's chunks {manifest['chunks']}")
+    for p in mine:
+        _check_piece(chunk_dir / p["file"], p)
+    return [p["file"] for p in mine]
+
+
+def _check_piece(path: Path, piece: dict) -> None:
+    where = f"{piece['chunk']}/{piece['file']}"
+    if not path.is_file():
+        raise StageError(f"piece {where} is missing", hint=f"carry {piece['chunk']} again")
+    got = sha256_file(path)
+    if path.stat().st_size != piece["size"] or got != piece["sha256"]:
+        raise StageError(f"piece {where} is corrupt: sha256 {got}, expected {piece['sha256']} "
+                         f"({path.stat().st_size} bytes, expected {piece['size']})",
+                         hint=f"carry {piece['chunk']} again")
+
+
+def gather(chunk_dir: str | Path, dest: str | Path) -> Path:
+    """Device side, one call per chunk: verify the carried chunk, then copy it to dest/<chunk name>."""
+    chunk_dir = Path(chunk_dir)
+    verify_chunk(chunk_dir)
+    target = Path(dest) / chunk_dir.name
+    with atomic_dir(target) as tmp:
+        for f in chunk_dir.iterdir():
+            shutil.copy2(f, tmp / f.name)
+    return target
+
+
+def reassemble(stage: str | Path, out_dir: str | Path) -> list[Path]:
+    """Check that every chunk is there and every piece intact, re-join the wheels, check them whole."""
+    stage, out_dir = Path(stage), Path(out_dir)
+    manifest = load_manifest(stage)
+    missing = [c for c in manifest["chunks"] if not (stage / c).is_dir()]
+    if missing:
+        raise StageError(f"missing chunk folder(s) under {stage}: {', '.join(missing)} "
+                         f"(expected {len(manifest['chunks'])}: {manifest['chunks'][0]}..{manifest['chunks'][-1]})",
+                         hint="gather each missing chunk with its own device call")
+    pieces = {p["file"]: p for p in manifest["pieces"]}
+    for p in manifest["pieces"]:
+        _check_piece(stage / p["chunk"] / p["file"], p)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = []
+    for w in manifest["wheels"]:
+        dest = out_dir / w["file"]
+        with atomic_path(dest) as tmp:
+            with open(tmp, "wb") as fout:
+                for name in w["pieces"]:
+                    with open(stage / pieces[name]["chunk"] / name, "rb") as fin:
+                        shutil.copyfileobj(fin, fout, MIB)
+            got = sha256_file(tmp)
+            if got != w["sha256"]:
+                raise StageError(f"re-joined wheel {w['file']} has sha256 {got}, expected {w['sha256']}")
+        out.append(dest)
+    return out
+
+
+def install(stage: str | Path, target: str | Path, *, pip: Sequence[str] = (sys.executable, "-m", "pip"),
+            run: Callable = subprocess.run) -> list[Path]:
+    """reassemble, then pip install --no-index --no-deps --target (nothing is fetched, nothing resolved)."""
+    with tempfile.TemporaryDirectory(prefix="qrw-wheels-") as tmp:
+        wheels = reassemble(stage, tmp)
+        run([*pip, "install", "--no-index", "--no-deps", "--no-compile", "--no-cache-dir", "--upgrade",
+             "--target", str(target), *map(str, wheels)], check=True)
+        return [Path(target) / w.name for w in wheels]
+
+
+# --------------------------------------------------------------------------- CLI
+
+def _human(n: int) -> str:
+    return f"{n / MIB:.1f} MiB"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m qrewrite.wheel_stage",
+        description="Stage a pinned wheel set for the GPU machine in <= 60 MiB chunks (docs/gpu-check.md, "
+                    "'verl staging'). Here: plan, download, split. There: gather (one call per chunk), install.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("plan", help="resolve pins for the device (cp312, manylinux x86-64); writes plan.json; "
+                       "network, metadata only")
+    p.add_argument("-r", "--requirement", action="append", required=True, help="pip requirement file (repeatable)")
+    p.add_argument("--have", help="name==version lines the device image already holds (skipped at that version)")
+    p.add_argument("--exclude", action="append", help=f"name or glob never carried (default: {DEFAULT_EXCLUDE})")
+    p.add_argument("--out", required=True, help="plan.json to write")
+    p = sub.add_parser("download", help="fetch the plan's wheels (pip download --no-deps), check their sha256")
+    p.add_argument("plan")
+    p.add_argument("dest", help="wheel folder (git-ignored, e.g. .whl/verl-wheels)")
+    p = sub.add_parser("split", help="cut a wheel folder into numbered chunk folders with manifest.json")
+    p.add_argument("src")
+    p.add_argument("stage", help="chunk folders go here (replaced), e.g. .whl/verl")
+    p.add_argument("--max-mib", type=float, default=60, help="bytes per chunk folder, manifest included (60)")
+    p = sub.add_parser("gather", help="device: verify one carried chunk and copy it to DEST/<chunk>")
+    p.add_argument("chunk")
+    p.add_argument("dest")
+    p = sub.add_parser("verify", help="verify every chunk present under STAGE (no install)")
+    p.add_argument("stage")
+    p = sub.add_parser("install", help="device: all chunks present and intact? then pip install --no-index "
+                       "--no-deps --target TARGET")
+    p.add_argument("stage")
+    p.add_argument("--target", required=True)
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "plan":
+            report, sdist = resolve(read_pins(args.requirement))
+            plan = make_plan(report, sdist, exclude=args.exclude or DEFAULT_EXCLUDE, have=read_have(args.have))
+            with atomic_path(args.out) as tmp:
+                tmp.write_text(json.dumps(plan, indent=1) + "\n", encoding="utf-8")
+            for w in plan["wheels"]:
+                note = f"  (image has {w['image_version']})" if w["image_version"] else ""
+                print(f"carry  {w['name']}=={w['version']}{note}")
+            for pin in plan["build"]:
+                print(f"build  {pin}  (sdist only: built here as a pure-Python wheel)")
+            for s in plan["skipped"]:
+                print(f"skip   {s['name']}=={s['version']}  ({s['why']})")
+            print(f"{len(plan['wheels'])} wheels + {len(plan['build'])} to build; pip's report has no sizes: "
+                  f"`download` then `split` prints them")
+        elif args.cmd == "download":
+            plan = json.loads(Path(args.plan).read_text(encoding="utf-8"))
+            files = download(plan, args.dest)
+            print(f"{len(files)} wheels, {_human(sum(f.stat().st_size for f in files))} in {args.dest}")
+        elif args.cmd == "split":
+            m = split(args.src, args.stage, max_mib=args.max_mib)
+            for c in m["chunks"]:
+                size = sum(f.stat().st_size for f in (Path(args.stage) / c).iterdir())
+                print(f"{c}  {_human(size)}  {len([p for p in m['pieces'] if p['chunk'] == c])} pieces")
+            print(f"{len(m['wheels'])} wheels, {_human(sum(w['size'] for w in m['wheels']))}, "
+                  f"{len(m['chunks'])} chunks")
+        elif args.cmd == "gather":
+            print(f"ok {gather(args.chunk, args.dest)}")
+        elif args.cmd == "verify":
+            with tempfile.TemporaryDirectory() as tmp:
+                print(f"ok: {len(reassemble(args.stage, tmp))} wheels intact")
+        elif args.cmd == "install":
+            print(f"installed {len(install(args.stage, args.target))} wheels into {args.target}")
+    except (QrewriteError, subprocess.CalledProcessError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
