@@ -4,14 +4,14 @@ One device `run` call carries at most 64 MiB (the working tree included), and th
 is 279 MB, so the set is cut up here and put back together there:
 
 here   plan        resolve the pins for the device's Python/platform (pip --dry-run --report, metadata only)
-       download    fetch the planned wheels (pip download --no-deps), build the sdist-only pins as wheels,
-                   check every sha256 against the resolver's
-       split       numbered chunk folders chunk-00, chunk-01, ... of at most --max-mib each; wheels bigger than
+                   (a pin with no wheel at all is built here from its sdist, pure-Python only)
+       download    fetch the planned wheels (pip download --no-deps), check every sha256 against the plan
+       split       numbered chunk folders chunk-00, chunk-01, ... of at most --max-mib each; files bigger than
                    a chunk are cut into byte pieces; every chunk holds manifest.json (sha256 of every piece
-                   and every whole wheel)
+                   and every whole file). Any file can ride along (a GGUF, an adapter, data), not only wheels
 there  gather      one call per chunk: check the carried chunk's pieces and copy it out of the repo
-       install     all chunks present? every piece and every re-joined wheel matches its sha256? then
-                   pip install --no-index --no-deps --target DIR
+       install     all chunks present? every piece and every re-joined file matches its sha256? then
+                   pip install --no-index --no-deps --target DIR for the wheels; other files go to --files-to
 
 Standard library only: the device's python3 runs it straight from the repo (`python3 -m qrewrite.wheel_stage`).
 docs/gpu-check.md ("verl staging") has the exact sequence of device calls.
@@ -40,12 +40,12 @@ MANIFEST = "manifest.json"
 FORMAT = 1
 # Room kept free in every chunk for its copy of manifest.json (checked after writing, not assumed).
 MANIFEST_RESERVE = 256 * 1024
-# The lent GPU image (docs/gpu-check.md): CPython 3.12 on x86-64 glibc. pip matches manylinux tags exactly,
-# so every glibc level a wheel of this set may carry is listed.
+# The lent GPU image (docs/gpu-check.md): CPython 3.12.3 (Ubuntu 24.04, glibc 2.39) on x86-64. pip matches
+# manylinux tags exactly, so every glibc level up to 2.39 is listed (torch 2.11's nvidia-nccl-cu13 2.28.9,
+# resolved though never carried, exists only as manylinux_2_18).
 PYTHON_VERSION = "3.12"
-PLATFORMS = ("manylinux_2_39_x86_64", "manylinux_2_35_x86_64", "manylinux_2_34_x86_64", "manylinux_2_31_x86_64",
-             "manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
-             "manylinux2014_x86_64", "manylinux1_x86_64", "linux_x86_64")
+PLATFORMS = (*(f"manylinux_2_{n}_x86_64" for n in range(39, 4, -1)), "manylinux2014_x86_64", "manylinux2010_x86_64",
+             "manylinux1_x86_64", "linux_x86_64")
 # The image's CUDA torch stack: vLLM 0.24.0 pins torch==2.11.0, which the image already has (with the
 # nvidia-* / cuda-* / triton wheels built for it); carrying a second copy would be GBs and could shadow it.
 DEFAULT_EXCLUDE = ("torch", "torchvision", "torchaudio", "triton", "nvidia-*", "cuda-*")
@@ -105,38 +105,52 @@ def _pip_platform_args(python_version: str, platforms: Sequence[str]) -> list[st
     return args
 
 
-def resolve(pins: Sequence[str], *, python_version: str = PYTHON_VERSION, platforms: Sequence[str] = PLATFORMS,
-            pip: Sequence[str] = (sys.executable, "-m", "pip"), run: Callable = subprocess.run,
-            max_sdist: int = 20) -> tuple[dict, list[str]]:
-    """pip's install report for `pins` on the device's platform, and the pins that have no wheel at all.
+def build_wheel(pin: str, build_dir: Path, *, pip: Sequence[str], run: Callable) -> Path:
+    """A wheel from the sdist of a pin that has none; only a pure-Python one is sure to fit the device."""
+    before = set(build_dir.glob("*.whl"))
+    # --no-binary for this name only: its build backend (setuptools) may still come as a wheel
+    run([*pip, "wheel", "--no-deps", "--no-binary", _pin_name(pin), "-w", str(build_dir), pin], check=True)
+    built = [p for p in set(build_dir.glob("*.whl")) - before if canon(p.name.split("-")[0]) == _pin_name(pin)]
+    if len(built) != 1 or not built[0].name.endswith("-none-any.whl"):
+        raise StageError(f"{pin}: expected one pure-Python wheel built from its sdist, got {[p.name for p in built]}")
+    return built[0]
+
+
+def resolve(pins: Sequence[str], build_dir: str | Path, *, python_version: str = PYTHON_VERSION,
+            platforms: Sequence[str] = PLATFORMS, pip: Sequence[str] = (sys.executable, "-m", "pip"),
+            run: Callable = subprocess.run, max_sdist: int = 20) -> dict:
+    """pip's install report for `pins` on the device's platform (only metadata is fetched).
 
     pip resolves a foreign platform only with --only-binary=:all:, so a pin that exists only as an sdist
-    (antlr4-python3-runtime, jieba) stops the resolver; it is taken out, named in the second return value
-    (`download` builds it as a wheel) and the resolution retried. Only metadata is fetched.
+    (antlr4-python3-runtime, jieba) stops the resolver: it is built here as a pure-Python wheel into
+    `build_dir`, which the resolver then reads with --find-links, so packages that depend on it (hydra-core
+    on antlr4) resolve against it too.
     """
-    remaining, sdist_only = list(pins), []
+    build_dir = Path(build_dir)
+    build_dir.mkdir(parents=True, exist_ok=True)
+    built: set[str] = set()
     with tempfile.TemporaryDirectory(prefix="qrw-plan-") as tmp:
         for _ in range(max_sdist + 1):
             reqs, report = Path(tmp) / "reqs.txt", Path(tmp) / "report.json"
-            reqs.write_text("\n".join(remaining) + "\n", encoding="utf-8")
+            reqs.write_text("\n".join(pins) + "\n", encoding="utf-8")
             report.unlink(missing_ok=True)
             argv = [*pip, "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
                     "--target", str(Path(tmp) / "target"), *_pip_platform_args(python_version, platforms),
-                    "-r", str(reqs)]
+                    "--find-links", str(build_dir), "-r", str(reqs)]
             proc = run(argv, capture_output=True, text=True)
             if proc.returncode == 0:
-                return json.loads(report.read_text(encoding="utf-8")), sdist_only
+                return json.loads(report.read_text(encoding="utf-8"))
             m = re.search(r"No matching distribution found for (\S+)", proc.stderr or "")
-            stuck = [p for p in remaining if m and _pin_name(p) == _pin_name(m.group(1))]
+            stuck = [p for p in pins if m and _pin_name(p) == _pin_name(m.group(1)) and _pin_name(p) not in built]
             if not stuck:
                 raise StageError("pip could not resolve the pins for the device platform:\n"
                                  + "\n".join((proc.stderr or "").strip().splitlines()[-15:]))
-            remaining.remove(stuck[0])
-            sdist_only.append(stuck[0])
-    raise StageError(f"more than {max_sdist} pins have no wheel: {sdist_only}")
+            build_wheel(stuck[0], build_dir, pip=pip, run=run)
+            built.add(_pin_name(stuck[0]))
+    raise StageError(f"more than {max_sdist} pins have no wheel: {sorted(built)}")
 
 
-def make_plan(report: dict, sdist_only: Sequence[str], *, exclude: Sequence[str] = DEFAULT_EXCLUDE,
+def make_plan(report: dict, *, exclude: Sequence[str] = DEFAULT_EXCLUDE,
               have: dict[str, str | None] | None = None) -> dict:
     """Which resolved wheels travel: all but the excluded names and what the image has at that version."""
     have = have or {}
@@ -150,43 +164,37 @@ def make_plan(report: dict, sdist_only: Sequence[str], *, exclude: Sequence[str]
         if name in have and have[name] in (None, version):
             skipped.append({"name": name, "version": version, "why": f"image has {have[name] or 'it'}"})
             continue
-        hashes = info.get("archive_info", {}).get("hashes", {})
-        wheels.append({"name": name, "version": version, "filename": info["url"].rsplit("/", 1)[-1],
-                       "url": info["url"], "sha256": hashes.get("sha256"),
-                       "image_version": have.get(name)})
-    return {"format": FORMAT, "wheels": sorted(wheels, key=lambda w: w["name"]), "build": list(sdist_only),
+        url = info["url"]
+        local = url.startswith("file:")  # built here from an sdist (resolve's build_dir)
+        sha = info.get("archive_info", {}).get("hashes", {}).get("sha256")
+        if local and not sha:
+            sha = sha256_file(Path(url.removeprefix("file://")))
+        wheels.append({"name": name, "version": version, "filename": url.rsplit("/", 1)[-1], "url": url,
+                       "sha256": sha, "built_here": local, "image_version": have.get(name)})
+    return {"format": FORMAT, "wheels": sorted(wheels, key=lambda w: w["name"]),
             "skipped": sorted(skipped, key=lambda s: s["name"])}
 
 
 def download(plan: dict, dest: str | Path, *, python_version: str = PYTHON_VERSION,
              platforms: Sequence[str] = PLATFORMS, pip: Sequence[str] = (sys.executable, "-m", "pip"),
              run: Callable = subprocess.run) -> list[Path]:
-    """Fetch the plan's wheels into `dest`, build its sdist-only pins, check the sha256s pip resolved."""
+    """Fetch the plan's wheels into `dest` (the ones built at plan time are copied), check every sha256."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    pins = [f"{w['name']}=={w['version']}" for w in plan["wheels"]]
+    pins = [f"{w['name']}=={w['version']}" for w in plan["wheels"] if not w["built_here"]]
     if pins:
         run([*pip, "download", "--no-deps", *_pip_platform_args(python_version, platforms), "-d", str(dest),
              *pins], check=True)
-    for pin in plan.get("build", []):
-        # --no-binary for this name only: its build backend (setuptools) may still come as a wheel
-        run([*pip, "wheel", "--no-deps", "--no-binary", _pin_name(pin), "-w", str(dest), pin], check=True)
     out = []
     for w in plan["wheels"]:
         path = dest / w["filename"]
+        if w["built_here"]:
+            shutil.copy2(w["url"].removeprefix("file://"), path)
         if not path.is_file():
             raise StageError(f"{w['filename']} was not downloaded into {dest}")
         if w["sha256"] and sha256_file(path) != w["sha256"]:
-            raise StageError(f"{path} does not match the sha256 pip resolved ({w['sha256']})")
+            raise StageError(f"{path} does not match the sha256 the plan recorded ({w['sha256']})")
         out.append(path)
-    for pin in plan.get("build", []):
-        name = _pin_name(pin).replace("-", "_")
-        built = [p for p in dest.glob("*.whl") if canon(p.name.split("-")[0]) == canon(name)]
-        # built here with this machine's Python: only a pure-Python wheel is sure to fit the device
-        bad = [p.name for p in built if not p.name.endswith("-none-any.whl")]
-        if not built or bad:
-            raise StageError(f"{pin}: expected a pure-Python wheel built from its sdist, got {bad or 'none'}")
-        out += built
     return out
 
 
@@ -209,11 +217,12 @@ def _pack(pieces: list[dict], capacity: int) -> list[list[dict]]:
 
 
 def split(src: str | Path, stage: str | Path, *, max_mib: float = 60) -> dict:
-    """Cut the wheels of `src` into numbered chunk folders under `stage` (replaced atomically)."""
+    """Cut the files of `src` (wheels, and anything else to carry) into numbered chunk folders under `stage`
+    (replaced atomically)."""
     src = Path(src)
-    wheel_files = sorted(src.glob("*.whl"))
+    wheel_files = sorted(p for p in src.iterdir() if p.is_file() and not p.name.startswith("."))
     if not wheel_files:
-        raise StageError(f"no .whl files in {src}")
+        raise StageError(f"no files in {src}")
     max_bytes = int(max_mib * MIB)
     capacity = max_bytes - MANIFEST_RESERVE
     if capacity <= 0:
@@ -238,7 +247,7 @@ def split(src: str | Path, stage: str | Path, *, max_mib: float = 60) -> dict:
                 piece["sha256"] = _copy_range(src / piece["wheel"], piece["offset"], piece["size"],
                                               cdir / piece["file"])
         manifest = {"format": FORMAT, "max_bytes": max_bytes, "chunks": [f"chunk-{i:02d}" for i in range(len(chunks))],
-                    "wheels": wheels,
+                    "files": wheels,
                     "pieces": sorted(({k: p[k] for k in ("file", "wheel", "chunk", "size", "sha256")}
                                       for p in pieces), key=lambda p: p["file"])}
         text = json.dumps(manifest, indent=1) + "\n"
@@ -331,7 +340,7 @@ def reassemble(stage: str | Path, out_dir: str | Path) -> list[Path]:
         _check_piece(stage / p["chunk"] / p["file"], p)
     out_dir.mkdir(parents=True, exist_ok=True)
     out = []
-    for w in manifest["wheels"]:
+    for w in manifest["files"]:
         dest = out_dir / w["file"]
         with atomic_path(dest) as tmp:
             with open(tmp, "wb") as fout:
@@ -340,19 +349,32 @@ def reassemble(stage: str | Path, out_dir: str | Path) -> list[Path]:
                         shutil.copyfileobj(fin, fout, MIB)
             got = sha256_file(tmp)
             if got != w["sha256"]:
-                raise StageError(f"re-joined wheel {w['file']} has sha256 {got}, expected {w['sha256']}")
+                raise StageError(f"re-joined file {w['file']} has sha256 {got}, expected {w['sha256']}")
         out.append(dest)
     return out
 
 
-def install(stage: str | Path, target: str | Path, *, pip: Sequence[str] = (sys.executable, "-m", "pip"),
-            run: Callable = subprocess.run) -> list[Path]:
-    """reassemble, then pip install --no-index --no-deps --target (nothing is fetched, nothing resolved)."""
+def install(stage: str | Path, target: str | Path, *, files_to: str | Path | None = None,
+            pip: Sequence[str] = (sys.executable, "-m", "pip"), run: Callable = subprocess.run) -> list[Path]:
+    """reassemble, pip install --no-index --no-deps --target the wheels (nothing fetched, nothing resolved),
+    move the other files to `files_to`."""
+    manifest = load_manifest(stage)
+    others = [f["file"] for f in manifest["files"] if not f["file"].endswith(".whl")]
+    if others and not files_to:
+        raise StageError(f"the stage holds files that are no wheels ({', '.join(others)}): pass --files-to DIR")
     with tempfile.TemporaryDirectory(prefix="qrw-wheels-") as tmp:
-        wheels = reassemble(stage, tmp)
-        run([*pip, "install", "--no-index", "--no-deps", "--no-compile", "--no-cache-dir", "--upgrade",
-             "--target", str(target), *map(str, wheels)], check=True)
-        return [Path(target) / w.name for w in wheels]
+        files = reassemble(stage, tmp)
+        wheels = [f for f in files if f.name.endswith(".whl")]
+        if wheels:
+            run([*pip, "install", "--no-index", "--no-deps", "--no-compile", "--no-cache-dir", "--upgrade",
+                 "--target", str(target), *map(str, wheels)], check=True)
+        out = [Path(target) / w.name for w in wheels]
+        for f in files:
+            if not f.name.endswith(".whl"):
+                Path(files_to).mkdir(parents=True, exist_ok=True)
+                shutil.move(str(f), Path(files_to) / f.name)
+                out.append(Path(files_to) / f.name)
+        return out
 
 
 # --------------------------------------------------------------------------- CLI
@@ -376,7 +398,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("download", help="fetch the plan's wheels (pip download --no-deps), check their sha256")
     p.add_argument("plan")
     p.add_argument("dest", help="wheel folder (git-ignored, e.g. .whl/verl-wheels)")
-    p = sub.add_parser("split", help="cut a wheel folder into numbered chunk folders with manifest.json")
+    p = sub.add_parser("split", help="cut a folder of wheels (and other files to carry) into numbered chunk "
+                       "folders with manifest.json")
     p.add_argument("src")
     p.add_argument("stage", help="chunk folders go here (replaced), e.g. .whl/verl")
     p.add_argument("--max-mib", type=float, default=60, help="bytes per chunk folder, manifest included (60)")
@@ -388,23 +411,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("install", help="device: all chunks present and intact? then pip install --no-index "
                        "--no-deps --target TARGET")
     p.add_argument("stage")
-    p.add_argument("--target", required=True)
+    p.add_argument("--target", required=True, help="pip --target folder for the wheels (put it on PYTHONPATH)")
+    p.add_argument("--files-to", help="folder for the files that are no wheels (GGUF, adapter, data)")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "plan":
-            report, sdist = resolve(read_pins(args.requirement))
-            plan = make_plan(report, sdist, exclude=args.exclude or DEFAULT_EXCLUDE, have=read_have(args.have))
+            built = Path(args.out).with_suffix(".built")  # sdist-only pins, built as wheels
+            report = resolve(read_pins(args.requirement), built)
+            plan = make_plan(report, exclude=args.exclude or DEFAULT_EXCLUDE, have=read_have(args.have))
             with atomic_path(args.out) as tmp:
                 tmp.write_text(json.dumps(plan, indent=1) + "\n", encoding="utf-8")
             for w in plan["wheels"]:
                 note = f"  (image has {w['image_version']})" if w["image_version"] else ""
+                note += "  (sdist only: built here)" if w["built_here"] else ""
                 print(f"carry  {w['name']}=={w['version']}{note}")
-            for pin in plan["build"]:
-                print(f"build  {pin}  (sdist only: built here as a pure-Python wheel)")
             for s in plan["skipped"]:
                 print(f"skip   {s['name']}=={s['version']}  ({s['why']})")
-            print(f"{len(plan['wheels'])} wheels + {len(plan['build'])} to build; pip's report has no sizes: "
-                  f"`download` then `split` prints them")
+            print(f"{len(plan['wheels'])} wheels to carry, {len(plan['skipped'])} left home; pip's report has no "
+                  f"sizes: `download` then `split` prints them")
         elif args.cmd == "download":
             plan = json.loads(Path(args.plan).read_text(encoding="utf-8"))
             files = download(plan, args.dest)
@@ -414,15 +438,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             for c in m["chunks"]:
                 size = sum(f.stat().st_size for f in (Path(args.stage) / c).iterdir())
                 print(f"{c}  {_human(size)}  {len([p for p in m['pieces'] if p['chunk'] == c])} pieces")
-            print(f"{len(m['wheels'])} wheels, {_human(sum(w['size'] for w in m['wheels']))}, "
+            print(f"{len(m['files'])} files, {_human(sum(w['size'] for w in m['files']))}, "
                   f"{len(m['chunks'])} chunks")
         elif args.cmd == "gather":
             print(f"ok {gather(args.chunk, args.dest)}")
         elif args.cmd == "verify":
             with tempfile.TemporaryDirectory() as tmp:
-                print(f"ok: {len(reassemble(args.stage, tmp))} wheels intact")
+                print(f"ok: {len(reassemble(args.stage, tmp))} files intact")
         elif args.cmd == "install":
-            print(f"installed {len(install(args.stage, args.target))} wheels into {args.target}")
+            done = install(args.stage, args.target, files_to=args.files_to)
+            print(f"installed {len(done)} files: wheels into {args.target}, others into {args.files_to}")
     except (QrewriteError, subprocess.CalledProcessError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

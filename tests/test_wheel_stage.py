@@ -49,10 +49,10 @@ def test_split_round_trip_keeps_every_byte_and_the_chunk_limit(wheels, tmp_path)
     for c in m["chunks"]:  # the carry limit holds for each folder, its manifest copy included
         assert sum(f.stat().st_size for f in (stage / c).iterdir()) <= 1 * MIB
         assert json.loads((stage / c / "manifest.json").read_text()) == m
-    big = next(w for w in m["wheels"] if w["file"].startswith("big-"))
+    big = next(w for w in m["files"] if w["file"].startswith("big-"))
     assert len(big["pieces"]) == 4 and big["pieces"][0].endswith(".part000")
-    assert {w["file"] for w in m["wheels"]} == {p.name for p in wheels.iterdir()}
-    for w in m["wheels"]:
+    assert {w["file"] for w in m["files"]} == {p.name for p in wheels.iterdir()}
+    for w in m["files"]:
         assert w["sha256"] == ws.sha256_file(wheels / w["file"])
     for p in m["pieces"]:
         assert p["sha256"] == ws.sha256_file(stage / p["chunk"] / p["file"])
@@ -93,7 +93,7 @@ def test_gather_checks_each_carried_chunk_then_reassembles(wheels, tmp_path):
     for c in m["chunks"]:  # one device call per chunk
         assert ws.gather(stage / c, dest) == dest / c
     out = ws.reassemble(dest, tmp_path / "out")
-    assert len(out) == len(m["wheels"])
+    assert len(out) == len(m["files"])
     victim = next(p for p in m["pieces"] if p["chunk"] == "chunk-00")
     (stage / "chunk-00" / victim["file"]).write_bytes(b"truncated")
     with pytest.raises(ws.StageError, match=f"piece chunk-00/{victim['file']} is corrupt"):
@@ -121,17 +121,15 @@ def test_cli_split_install_runs_pip_offline_into_target(tmp_path, capsys):
     src = tmp_path / "wheels"
     src.mkdir()
     _real_wheel(src)
-    _wheel(src, "padding-1.0-py3-none-any.whl", int(1.5 * MIB), 5)  # forces pieces; not installable, removed below
+    gguf = _wheel(src, "model.gguf", int(1.5 * MIB), 5)  # a file that is no wheel rides along in pieces
     assert ws.main(["split", str(src), str(tmp_path / "stage"), "--max-mib", "1"]) == 0
     assert "chunks" in capsys.readouterr().out
-    # keep only the real wheel in the manifest so pip gets installable files
-    for mf in (tmp_path / "stage").rglob("manifest.json"):
-        m = json.loads(mf.read_text())
-        m["wheels"] = [w for w in m["wheels"] if w["file"].startswith("qrwstagedemo")]
-        m["pieces"] = [p for p in m["pieces"] if p["wheel"].startswith("qrwstagedemo")]
-        mf.write_text(json.dumps(m))
     target = tmp_path / "site"
-    assert ws.main(["install", str(tmp_path / "stage"), "--target", str(target)]) == 0
+    assert ws.main(["install", str(tmp_path / "stage"), "--target", str(target)]) == 2
+    assert "pass --files-to" in capsys.readouterr().err
+    assert ws.main(["install", str(tmp_path / "stage"), "--target", str(target), "--files-to",
+                    str(tmp_path / "files")]) == 0
+    assert (tmp_path / "files" / "model.gguf").read_bytes() == gguf.read_bytes()
     proc = subprocess.run([sys.executable, "-c", "import qrwstagedemo; print(qrwstagedemo.VALUE)"],
                           env={**os.environ, "PYTHONPATH": str(target)}, capture_output=True, text=True)
     assert proc.stdout.strip() == "42", proc.stderr
@@ -157,36 +155,64 @@ def _report(*items):
 def test_plan_leaves_out_the_torch_stack_and_what_the_image_has():
     report = _report(("torch", "2.11.0"), ("nvidia-cublas", "13.1"), ("vllm", "0.24.0"),
                      ("transformers", "5.9.0"), ("numpy", "2.5.2"), ("Huggingface_Hub", "1.33.0"))
-    plan = ws.make_plan(report, ["jieba==0.42.1"],
-                        have={"transformers": "5.17.0", "numpy": "2.5.2", "huggingface-hub": None})
+    plan = ws.make_plan(report, have={"transformers": "5.17.0", "numpy": "2.5.2", "huggingface-hub": None})
     carried = {(w["name"], w["version"]) for w in plan["wheels"]}
     assert carried == {("vllm", "0.24.0"), ("transformers", "5.9.0")}  # image's 5.17.0 is not verl's pin
     assert {s["name"] for s in plan["skipped"]} == {"torch", "nvidia-cublas", "numpy", "huggingface-hub"}
-    assert plan["build"] == ["jieba==0.42.1"]
     assert next(w for w in plan["wheels"] if w["name"] == "transformers")["image_version"] == "5.17.0"
 
 
-def test_resolve_takes_out_sdist_only_pins_and_retries(tmp_path):
-    calls = []
+def test_resolve_builds_sdist_only_pins_and_resolves_against_them(tmp_path):
+    """jieba has no wheel: it is built here, and the retried resolution finds it through --find-links (so a
+    package that depends on it resolves too); download then copies it instead of fetching it."""
+    calls, build = [], tmp_path / "built"
 
     def run(argv, **kw):
         calls.append(argv)
-        reqs = Path(argv[argv.index("-r") + 1]).read_text().split()
+        if argv[3] == "wheel":  # pip wheel --no-deps --no-binary jieba -w DIR jieba==0.42.1
+            assert argv[argv.index("--no-binary") + 1] == "jieba"
+            (Path(argv[argv.index("-w") + 1]) / "jieba-0.42.1-py3-none-any.whl").write_bytes(b"jieba wheel")
+            return SimpleNamespace(returncode=0)
         assert "--only-binary=:all:" in argv and argv[argv.index("--python-version") + 1] == "3.12"
-        if "jieba==0.42.1" in reqs:
+        assert argv[argv.index("--find-links") + 1] == str(build)
+        if not (build / "jieba-0.42.1-py3-none-any.whl").exists():
             return SimpleNamespace(returncode=1, stderr="ERROR: No matching distribution found for jieba==0.42.1")
-        Path(argv[argv.index("--report") + 1]).write_text(json.dumps(_report(("vllm", "0.24.0"))))
+        report = _report(("vllm", "0.24.0"))
+        report["install"].append({"metadata": {"name": "jieba", "version": "0.42.1"},
+                                  "download_info": {"url": f"file://{build}/jieba-0.42.1-py3-none-any.whl"}})
+        Path(argv[argv.index("--report") + 1]).write_text(json.dumps(report))
         return SimpleNamespace(returncode=0, stderr="")
 
-    report, sdist = ws.resolve(["vllm==0.24.0", "jieba==0.42.1"], run=run)
-    assert sdist == ["jieba==0.42.1"] and len(calls) == 2
-    assert report["install"][0]["metadata"]["name"] == "vllm"
+    report = ws.resolve(["vllm==0.24.0", "jieba==0.42.1"], build, run=run)
+    assert [c[3] for c in calls] == ["install", "wheel", "install"]
+    plan = ws.make_plan(report)
+    jieba = next(w for w in plan["wheels"] if w["name"] == "jieba")
+    assert jieba["built_here"] and jieba["sha256"] == hashlib.sha256(b"jieba wheel").hexdigest()
 
+    def fetch(argv, **kw):  # pip download: only the wheels that exist on the index
+        assert argv[3] == "download" and argv[-1] == "vllm==0.24.0"
+        return SimpleNamespace(returncode=0)
+
+    with pytest.raises(ws.StageError, match="vllm-0.24.0-py3-none-any.whl was not downloaded"):
+        ws.download(plan, tmp_path / "dl", run=fetch)
+    assert (tmp_path / "dl" / "jieba-0.42.1-py3-none-any.whl").read_bytes() == b"jieba wheel"
+
+
+def test_resolve_reports_a_real_conflict(tmp_path):
     def conflict(argv, **kw):
         return SimpleNamespace(returncode=1, stderr="ERROR: ResolutionImpossible: torch==2.11.0 vs torch==2.13.0")
 
     with pytest.raises(ws.StageError, match="ResolutionImpossible"):
-        ws.resolve(["torch==2.11.0"], run=conflict)
+        ws.resolve(["torch==2.11.0"], tmp_path, run=conflict)
+
+    def compiled(argv, **kw):  # a pin whose sdist builds a CPython-3.11 extension here would not fit 3.12
+        if argv[3] == "wheel":
+            (Path(argv[argv.index("-w") + 1]) / "fast-1.0-cp311-cp311-linux_x86_64.whl").write_bytes(b"x")
+            return SimpleNamespace(returncode=0)
+        return SimpleNamespace(returncode=1, stderr="ERROR: No matching distribution found for fast==1.0")
+
+    with pytest.raises(ws.StageError, match="pure-Python"):
+        ws.resolve(["fast==1.0"], tmp_path / "b", run=compiled)
 
 
 def test_read_pins_keeps_order_and_drops_comments(tmp_path):
