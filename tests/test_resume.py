@@ -230,3 +230,10 @@ def test_verl_resumes_from_the_last_complete_global_step(cfg, tmp_path, monkeypa
     assert stats["resumed_from_step"] == 2 and stats["checkpoint"] == "global_step_6"
     assert merges[-1][merges[-1].index("--local_dir") + 1] == str(run / "global_step_6" / "actor")
     assert (out / "config.json").is_file()
+
+
+def test_trainer_pythonpath_keeps_a_staged_site_dir(monkeypatch, cfg, tmp_path):
+    """On the GPU machine vLLM/verl live in a pip --target folder on PYTHONPATH: the verl env must keep it."""
+    monkeypatch.setenv("PYTHONPATH", "/tmp/verl-site")
+    env = rl_verl.verl_env(cfg, config_path=str(REPO / "config.yaml"), tb_dir=str(tmp_path / "tb"))
+    assert env["PYTHONPATH"].split(":") == [str(REPO), "/tmp/verl-site"]

@@ -6,7 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
-from ..envs import REPO
+from ..envs import REPO, repo_pythonpath
 from ..reward.monitor import FLUSH_EVERY_ENV, TB_DIR_ENV
 from ..reward.scorer import CONFIG_ENV, PROJECT_ROOT_ENV
 from . import resume
@@ -15,12 +15,6 @@ from .merge import merge_lora
 
 PLUGIN = REPO / "qrewrite" / "reward" / "swift_plugin.py"
 REWARD_FUNC = "qrewrite_reward"
-
-
-def repo_pythonpath() -> str:
-    """The repo first (the reward plugin imports qrewrite), then whatever PYTHONPATH held: on the GPU machine
-    that is the --target folder the staged wheels were installed into."""
-    return os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
 
 
 def grpo_hparams(cfg: dict) -> dict:

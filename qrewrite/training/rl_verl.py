@@ -14,14 +14,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..envs import REPO
+from ..envs import REPO, repo_pythonpath
 from ..errors import QrewriteError
 from ..io_utils import atomic_dir
 from ..reward.monitor import FLUSH_EVERY_ENV, TB_DIR_ENV
 from ..reward.scorer import CONFIG_ENV, PROJECT_ROOT_ENV
 from ..rl.verl_overrides import build_command, resolve_config
 from . import resume
-from .rl_swift import repo_pythonpath
 from .swift_cmds import run_swift, swift_env
 
 REWARD_FILE = REPO / "qrewrite" / "reward" / "verl_reward.py"
