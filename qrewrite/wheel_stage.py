@@ -3,7 +3,8 @@
 One device `run` call carries at most 64 MiB (the working tree included), and the vLLM 0.24.0 wheel alone
 is 279 MB, so the set is cut up here and put back together there:
 
-here   plan        resolve the pins for the device's Python/platform (pip --dry-run --report, metadata only)
+here   plan        resolve the pins for the device's Python/platform (pip --dry-run --report; pip 23.2 fetches
+                   whole wheels to read their metadata, into its cache, so `download` reuses them)
                    (a pin with no wheel at all is built here from its sdist, pure-Python only)
        download    fetch the planned wheels (pip download --no-deps), check every sha256 against the plan
        split       numbered chunk folders chunk-00, chunk-01, ... of at most --max-mib each; files bigger than
@@ -390,10 +391,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "'verl staging'). Here: plan, download, split. There: gather (one call per chunk), install.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("plan", help="resolve pins for the device (cp312, manylinux x86-64); writes plan.json; "
-                       "network, metadata only")
+                       "needs the network")
     p.add_argument("-r", "--requirement", action="append", required=True, help="pip requirement file (repeatable)")
     p.add_argument("--have", help="name==version lines the device image already holds (skipped at that version)")
     p.add_argument("--exclude", action="append", help=f"name or glob never carried (default: {DEFAULT_EXCLUDE})")
+    p.add_argument("--unpin", action="append", default=[],
+                   help="drop this name's pin from the requirement files and let the resolver choose (a CPU pin "
+                        "that the GPU set cannot meet: numpy, whose 2.4.6 vLLM's mistral-common excludes)")
     p.add_argument("--out", required=True, help="plan.json to write")
     p = sub.add_parser("download", help="fetch the plan's wheels (pip download --no-deps), check their sha256")
     p.add_argument("plan")
@@ -417,7 +421,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.cmd == "plan":
             built = Path(args.out).with_suffix(".built")  # sdist-only pins, built as wheels
-            report = resolve(read_pins(args.requirement), built)
+            unpin = {canon(n) for n in args.unpin}
+            report = resolve([p for p in read_pins(args.requirement) if _pin_name(p) not in unpin], built)
             plan = make_plan(report, exclude=args.exclude or DEFAULT_EXCLUDE, have=read_have(args.have))
             with atomic_path(args.out) as tmp:
                 tmp.write_text(json.dumps(plan, indent=1) + "\n", encoding="utf-8")

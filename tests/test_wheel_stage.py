@@ -223,3 +223,20 @@ def test_read_pins_keeps_order_and_drops_comments(tmp_path):
     b.write_text("-e .\n")
     with pytest.raises(ws.StageError, match="not supported"):
         ws.read_pins([b])
+
+
+def test_cli_plan_unpins_what_the_gpu_set_cannot_meet(tmp_path, monkeypatch, capsys):
+    reqs = tmp_path / "verl.txt"
+    reqs.write_text("numpy==2.4.6\nverl==0.9.1\n")
+    seen = {}
+
+    def fake_resolve(pins, build_dir, **kw):
+        seen["pins"] = list(pins)
+        return _report(("verl", "0.9.1"), ("numpy", "2.3.5"))
+
+    monkeypatch.setattr(ws, "resolve", fake_resolve)
+    out = tmp_path / "plan.json"
+    assert ws.main(["plan", "-r", str(reqs), "--unpin", "NumPy", "--out", str(out)]) == 0
+    assert seen["pins"] == ["verl==0.9.1"]  # the resolver picks numpy itself
+    assert {w["name"] for w in json.loads(out.read_text())["wheels"]} == {"verl", "numpy"}
+    assert "carry  numpy==2.3.5" in capsys.readouterr().out
