@@ -152,7 +152,7 @@ def resolve(pins: Sequence[str], build_dir: str | Path, *, python_version: str =
 
 
 def make_plan(report: dict, *, exclude: Sequence[str] = DEFAULT_EXCLUDE,
-              have: dict[str, str | None] | None = None) -> dict:
+              have: dict[str, str | None] | None = None, build_dir: str | Path | None = None) -> dict:
     """Which resolved wheels travel: all but the excluded names and what the image has at that version."""
     have = have or {}
     wheels, skipped = [], []
@@ -166,12 +166,14 @@ def make_plan(report: dict, *, exclude: Sequence[str] = DEFAULT_EXCLUDE,
             skipped.append({"name": name, "version": version, "why": f"image has {have[name] or 'it'}"})
             continue
         url = info["url"]
-        local = url.startswith("file:")  # built here from an sdist (resolve's build_dir)
+        # file:// = a wheel on this machine: resolve's build_dir, or a local index/--find-links of pip's config
+        local = Path(url.removeprefix("file://")) if url.startswith("file://") else None
         sha = info.get("archive_info", {}).get("hashes", {}).get("sha256")
         if local and not sha:
-            sha = sha256_file(Path(url.removeprefix("file://")))
+            sha = sha256_file(local)
+        built = bool(local and build_dir and local.parent.resolve() == Path(build_dir).resolve())
         wheels.append({"name": name, "version": version, "filename": url.rsplit("/", 1)[-1], "url": url,
-                       "sha256": sha, "built_here": local, "image_version": have.get(name)})
+                       "sha256": sha, "local": bool(local), "built_here": built, "image_version": have.get(name)})
     return {"format": FORMAT, "wheels": sorted(wheels, key=lambda w: w["name"]),
             "skipped": sorted(skipped, key=lambda s: s["name"])}
 
@@ -179,17 +181,17 @@ def make_plan(report: dict, *, exclude: Sequence[str] = DEFAULT_EXCLUDE,
 def download(plan: dict, dest: str | Path, *, python_version: str = PYTHON_VERSION,
              platforms: Sequence[str] = PLATFORMS, pip: Sequence[str] = (sys.executable, "-m", "pip"),
              run: Callable = subprocess.run) -> list[Path]:
-    """Fetch the plan's wheels into `dest` (the ones built at plan time are copied), check every sha256."""
+    """Fetch the plan's wheels into `dest` (those already on this machine are copied), check every sha256."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    pins = [f"{w['name']}=={w['version']}" for w in plan["wheels"] if not w["built_here"]]
+    pins = [f"{w['name']}=={w['version']}" for w in plan["wheels"] if not w["local"]]
     if pins:
         run([*pip, "download", "--no-deps", *_pip_platform_args(python_version, platforms), "-d", str(dest),
              *pins], check=True)
     out = []
     for w in plan["wheels"]:
         path = dest / w["filename"]
-        if w["built_here"]:
+        if w["local"]:
             shutil.copy2(w["url"].removeprefix("file://"), path)
         if not path.is_file():
             raise StageError(f"{w['filename']} was not downloaded into {dest}")
@@ -423,7 +425,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             built = Path(args.out).with_suffix(".built")  # sdist-only pins, built as wheels
             unpin = {canon(n) for n in args.unpin}
             report = resolve([p for p in read_pins(args.requirement) if _pin_name(p) not in unpin], built)
-            plan = make_plan(report, exclude=args.exclude or DEFAULT_EXCLUDE, have=read_have(args.have))
+            plan = make_plan(report, exclude=args.exclude or DEFAULT_EXCLUDE, have=read_have(args.have),
+                             build_dir=built)
             with atomic_path(args.out) as tmp:
                 tmp.write_text(json.dumps(plan, indent=1) + "\n", encoding="utf-8")
             for w in plan["wheels"]:

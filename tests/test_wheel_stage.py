@@ -185,9 +185,10 @@ def test_resolve_builds_sdist_only_pins_and_resolves_against_them(tmp_path):
 
     report = ws.resolve(["vllm==0.24.0", "jieba==0.42.1"], build, run=run)
     assert [c[3] for c in calls] == ["install", "wheel", "install"]
-    plan = ws.make_plan(report)
+    plan = ws.make_plan(report, build_dir=build)
     jieba = next(w for w in plan["wheels"] if w["name"] == "jieba")
     assert jieba["built_here"] and jieba["sha256"] == hashlib.sha256(b"jieba wheel").hexdigest()
+    assert not next(w for w in plan["wheels"] if w["name"] == "vllm")["local"]
 
     def fetch(argv, **kw):  # pip download: only the wheels that exist on the index
         assert argv[3] == "download" and argv[-1] == "vllm==0.24.0"
