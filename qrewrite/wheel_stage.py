@@ -47,9 +47,12 @@ MANIFEST_RESERVE = 256 * 1024
 PYTHON_VERSION = "3.12"
 PLATFORMS = (*(f"manylinux_2_{n}_x86_64" for n in range(39, 4, -1)), "manylinux2014_x86_64", "manylinux2010_x86_64",
              "manylinux1_x86_64", "linux_x86_64")
-# The image's CUDA torch stack: vLLM 0.24.0 pins torch==2.11.0, which the image already has (with the
-# nvidia-* / cuda-* / triton wheels built for it); carrying a second copy would be GBs and could shadow it.
-DEFAULT_EXCLUDE = ("torch", "torchvision", "torchaudio", "triton", "nvidia-*", "cuda-*")
+# The image's CUDA torch stack: vLLM 0.24.0 pins torch==2.11.0, which the image already has, together with the
+# CUDA wheels that torch requires (nvidia-*, cuda-*, triton: found in torch's own metadata, see torch_stack);
+# carrying a second copy would be GBs and could shadow the image's. CUDA wheels that other packages want
+# (nvidia-cutlass-dsl for vLLM, say) are not torch's and travel.
+TORCH = ("torch", "torchvision", "torchaudio")
+CUDA_PARTS = ("nvidia-*", "cuda-*", "triton")
 
 
 class StageError(QrewriteError):
@@ -151,16 +154,34 @@ def resolve(pins: Sequence[str], build_dir: str | Path, *, python_version: str =
     raise StageError(f"more than {max_sdist} pins have no wheel: {sorted(built)}")
 
 
-def make_plan(report: dict, *, exclude: Sequence[str] = DEFAULT_EXCLUDE,
-              have: dict[str, str | None] | None = None, build_dir: str | Path | None = None) -> dict:
-    """Which resolved wheels travel: all but the excluded names and what the image has at that version."""
+def torch_stack(report: dict) -> set[str]:
+    """torch, torchvision, torchaudio and the CUDA wheels the resolved torch itself requires."""
+    names = set(TORCH)
+    for item in report.get("install", []):
+        if canon(item["metadata"]["name"]) in TORCH:
+            for req in item["metadata"].get("requires_dist") or []:
+                if "extra ==" not in req:
+                    name = _pin_name(req)
+                    if any(fnmatch.fnmatchcase(name, pat) for pat in CUDA_PARTS):
+                        names.add(name)
+    return names
+
+
+def make_plan(report: dict, *, exclude: Sequence[str] = (), have: dict[str, str | None] | None = None,
+              build_dir: str | Path | None = None) -> dict:
+    """Which resolved wheels travel: all but the image's torch stack, the `exclude` names (globs) and what the
+    image has at the resolved version."""
     have = have or {}
+    stack = torch_stack(report)
     wheels, skipped = [], []
     for item in report.get("install", []):
         meta, info = item["metadata"], item["download_info"]
         name, version = canon(meta["name"]), meta["version"]
+        if name in stack:
+            skipped.append({"name": name, "version": version, "why": "the image's torch stack"})
+            continue
         if any(fnmatch.fnmatchcase(name, pat) for pat in exclude):
-            skipped.append({"name": name, "version": version, "why": "excluded (the image's torch stack)"})
+            skipped.append({"name": name, "version": version, "why": "--exclude"})
             continue
         if name in have and have[name] in (None, version):
             skipped.append({"name": name, "version": version, "why": f"image has {have[name] or 'it'}"})
@@ -396,7 +417,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                        "needs the network")
     p.add_argument("-r", "--requirement", action="append", required=True, help="pip requirement file (repeatable)")
     p.add_argument("--have", help="name==version lines the device image already holds (skipped at that version)")
-    p.add_argument("--exclude", action="append", help=f"name or glob never carried (default: {DEFAULT_EXCLUDE})")
+    p.add_argument("--exclude", action="append", default=[],
+                   help="name or glob never carried (torch, torchvision, torchaudio and the CUDA wheels torch "
+                        "requires never are)")
     p.add_argument("--unpin", action="append", default=[],
                    help="drop this name's pin from the requirement files and let the resolver choose (a CPU pin "
                         "that the GPU set cannot meet: numpy, whose 2.4.6 vLLM's mistral-common excludes)")
@@ -425,7 +448,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             built = Path(args.out).with_suffix(".built")  # sdist-only pins, built as wheels
             unpin = {canon(n) for n in args.unpin}
             report = resolve([p for p in read_pins(args.requirement) if _pin_name(p) not in unpin], built)
-            plan = make_plan(report, exclude=args.exclude or DEFAULT_EXCLUDE, have=read_have(args.have),
+            plan = make_plan(report, exclude=args.exclude, have=read_have(args.have),
                              build_dir=built)
             with atomic_path(args.out) as tmp:
                 tmp.write_text(json.dumps(plan, indent=1) + "\n", encoding="utf-8")
