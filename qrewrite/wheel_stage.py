@@ -154,16 +154,32 @@ def resolve(pins: Sequence[str], build_dir: str | Path, *, python_version: str =
     raise StageError(f"more than {max_sdist} pins have no wheel: {sorted(built)}")
 
 
+def _requirement(req: str) -> tuple[str, set[str], str | None]:
+    """name, extras asked for, and the extra this requirement belongs to (None: always) of a Requires-Dist."""
+    m = re.match(r"\s*([A-Za-z0-9._-]+)\s*(?:\[([^\]]*)\])?", req)
+    extra = re.search(r"""extra\s*==\s*["']([^"']+)["']""", req)
+    asked = {canon(e) for e in (m.group(2) or "").split(",") if e.strip()}
+    return canon(m.group(1)), asked, canon(extra.group(1)) if extra else None
+
+
 def torch_stack(report: dict) -> set[str]:
-    """torch, torchvision, torchaudio and the CUDA wheels the resolved torch itself requires."""
+    """torch, torchvision, torchaudio and the CUDA wheels the resolved torch pulls in, transitively: torch 2.11
+    asks for cuda-toolkit[cublas,cufft,...], whose extras name nvidia-cublas, nvidia-cufft, ... The image holds
+    exactly these next to its torch; CUDA wheels outside that closure (nvcc, cutlass-dsl) are not there."""
+    requires = {canon(i["metadata"]["name"]): i["metadata"].get("requires_dist") or [] for i in report.get("install", [])}
     names = set(TORCH)
-    for item in report.get("install", []):
-        if canon(item["metadata"]["name"]) in TORCH:
-            for req in item["metadata"].get("requires_dist") or []:
-                if "extra ==" not in req:
-                    name = _pin_name(req)
-                    if any(fnmatch.fnmatchcase(name, pat) for pat in CUDA_PARTS):
-                        names.add(name)
+    todo = [(n, set()) for n in TORCH if n in requires]
+    seen = set()
+    while todo:
+        name, extras = todo.pop()
+        if (name, frozenset(extras)) in seen:
+            continue
+        seen.add((name, frozenset(extras)))
+        for req in requires.get(name, []):
+            dep, asked, extra = _requirement(req)
+            if (extra is None or extra in extras) and any(fnmatch.fnmatchcase(dep, p) for p in CUDA_PARTS):
+                names.add(dep)
+                todo.append((dep, asked))
     return names
 
 
@@ -423,7 +439,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--unpin", action="append", default=[],
                    help="drop this name's pin from the requirement files and let the resolver choose (a CPU pin "
                         "that the GPU set cannot meet: numpy, whose 2.4.6 vLLM's mistral-common excludes)")
-    p.add_argument("--out", required=True, help="plan.json to write")
+    p.add_argument("--out", required=True, help="plan.json to write; pip's report goes next to it (.report.json)")
+    p.add_argument("--from-report", help="plan from a saved .report.json instead of resolving again (another "
+                   "--exclude or --have in seconds)")
     p = sub.add_parser("download", help="fetch the plan's wheels (pip download --no-deps), check their sha256")
     p.add_argument("plan")
     p.add_argument("dest", help="wheel folder (git-ignored, e.g. .whl/verl-wheels)")
@@ -447,7 +465,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.cmd == "plan":
             built = Path(args.out).with_suffix(".built")  # sdist-only pins, built as wheels
             unpin = {canon(n) for n in args.unpin}
-            report = resolve([p for p in read_pins(args.requirement) if _pin_name(p) not in unpin], built)
+            if args.from_report:
+                report = json.loads(Path(args.from_report).read_text(encoding="utf-8"))
+            else:
+                report = resolve([p for p in read_pins(args.requirement) if _pin_name(p) not in unpin], built)
+                with atomic_path(Path(args.out).with_suffix(".report.json")) as tmp:
+                    tmp.write_text(json.dumps(report) + "\n", encoding="utf-8")
             plan = make_plan(report, exclude=args.exclude, have=read_have(args.have),
                              build_dir=built)
             with atomic_path(args.out) as tmp:

@@ -153,17 +153,24 @@ def _report(*items):
 
 
 def test_plan_leaves_out_the_torch_stack_and_what_the_image_has():
-    report = _report(("torch", "2.11.0"), ("nvidia-cublas", "13.1"), ("nvidia-cutlass-dsl", "4.5.2"),
-                     ("vllm", "0.24.0"), ("transformers", "5.9.0"), ("numpy", "2.5.2"), ("Huggingface_Hub", "1.33.0"),
-                     ("wandb", "0.31.0"))
-    report["install"][0]["metadata"]["requires_dist"] = [
-        'nvidia-cublas==13.1; platform_system == "Linux"', "sympy>=1.13.3", 'opt-einsum>=3.3; extra == "opt-einsum"']
+    report = _report(("torch", "2.11.0"), ("cuda-toolkit", "13.0.2"), ("nvidia-cublas", "13.1"),
+                     ("nvidia-cuda-nvcc", "13.2"), ("nvidia-cutlass-dsl", "4.5.2"), ("vllm", "0.24.0"),
+                     ("transformers", "5.9.0"), ("numpy", "2.5.2"), ("Huggingface_Hub", "1.33.0"), ("wandb", "0.31.0"))
+    meta = {i["metadata"]["name"]: i["metadata"] for i in report["install"]}
+    # torch 2.11's shape: CUDA libraries through cuda-toolkit's extras, not named directly
+    meta["torch"]["requires_dist"] = ['cuda-toolkit[cublas]==13.0.2; platform_system == "Linux"', "sympy>=1.13.3",
+                                      'opt-einsum>=3.3; extra == "opt-einsum"']
+    meta["cuda-toolkit"]["requires_dist"] = ['nvidia-cublas==13.1.*; extra == "cublas"',
+                                             'nvidia-cuda-nvcc==13.0.*; extra == "nvcc"']
     plan = ws.make_plan(report, exclude=["wandb"],
                         have={"transformers": "5.17.0", "numpy": "2.5.2", "huggingface-hub": None})
     carried = {(w["name"], w["version"]) for w in plan["wheels"]}
-    # image's transformers 5.17.0 is not verl's pin; cutlass-dsl is vLLM's need, not torch's, so it travels
-    assert carried == {("vllm", "0.24.0"), ("transformers", "5.9.0"), ("nvidia-cutlass-dsl", "4.5.2")}
-    assert {s["name"] for s in plan["skipped"]} == {"torch", "nvidia-cublas", "numpy", "huggingface-hub", "wandb"}
+    # image's transformers 5.17.0 is not verl's pin; cutlass-dsl (vLLM's) and nvcc (an extra torch did not ask
+    # for) are not torch's, so they travel
+    assert carried == {("vllm", "0.24.0"), ("transformers", "5.9.0"), ("nvidia-cutlass-dsl", "4.5.2"),
+                       ("nvidia-cuda-nvcc", "13.2")}
+    assert {s["name"] for s in plan["skipped"]} == {"torch", "cuda-toolkit", "nvidia-cublas", "numpy",
+                                                    "huggingface-hub", "wandb"}
     assert next(w for w in plan["wheels"] if w["name"] == "transformers")["image_version"] == "5.17.0"
 
 
