@@ -253,3 +253,8 @@ def test_cli_plan_unpins_what_the_gpu_set_cannot_meet(tmp_path, monkeypatch, cap
     assert seen["pins"] == ["verl==0.9.1"]  # the resolver picks numpy itself
     assert {w["name"] for w in json.loads(out.read_text())["wheels"]} == {"verl", "numpy"}
     assert "carry  numpy==2.3.5" in capsys.readouterr().out
+    # replanning from the saved report resolves nothing
+    monkeypatch.setattr(ws, "resolve", lambda *a, **k: pytest.fail("resolved again"))
+    assert ws.main(["plan", "-r", str(reqs), "--from-report", str(tmp_path / "plan.report.json"), "--exclude", "numpy",
+                    "--out", str(out)]) == 0
+    assert {w["name"] for w in json.loads(out.read_text())["wheels"]} == {"verl"}
