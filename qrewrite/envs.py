@@ -24,6 +24,12 @@ FRAMEWORK_MODULE = {"swift": "swift", "verl": "verl"}
 _MARK = "QREWRITE_IN_ENV"
 
 
+def repo_pythonpath(environ=os.environ) -> str:
+    """The repo first (trainer subprocesses import qrewrite for the reward), then whatever PYTHONPATH held:
+    on the GPU machine that is the pip --target folder the staged wheels went into (qrewrite.wheel_stage)."""
+    return os.pathsep.join(p for p in (str(REPO), environ.get("PYTHONPATH", "")) if p)
+
+
 def env_python(name: str) -> Path:
     """The interpreter of env `name`: $QREWRITE_<NAME>_PYTHON, else .venvs/<name>/bin/python in the checkout."""
     override = os.environ.get(f"QREWRITE_{name.upper()}_PYTHON")
@@ -50,7 +56,7 @@ def ensure_env(name: str, argv: list[str]) -> None:
                  f"containers/{name}.def, or set QREWRITE_{name.upper()}_PYTHON")
     env = dict(os.environ)
     env[_MARK] = name
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = repo_pythonpath(env)
     log.info("running `qrewrite %s` in the %s env (%s)", " ".join(argv[:1]), name, python)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -226,7 +226,10 @@ def test_verl_rl_command_from_the_cluster_config(tmp_path):
     assert ov["actor_rollout_ref.actor.ppo_epochs"] == "4" and ov["actor_rollout_ref.actor.clip_ratio"] == "0.2"
     assert ov["actor_rollout_ref.actor.entropy_coeff"] == "0.01"
     assert ov["actor_rollout_ref.actor.optim.clip_grad"] == "0.5" and ov["critic.optim.clip_grad"] == "0.5"
-    assert ov["actor_rollout_ref.actor.optim.lr"] == "1e-05" and ov["critic.optim.lr"] == "0.0001"
+    # LoRA actor: 10x the design's full fine-tune 1e-5, as verl's LoRA guide advises; the critic is fully tuned
+    assert ov["actor_rollout_ref.actor.optim.lr"] == "0.0001" and ov["critic.optim.lr"] == "0.0001"
+    assert ov["actor_rollout_ref.model.lora_rank"] == "16" and ov["critic.model.lora_rank"] == "0"
+    assert ov["trainer.save_freq"] == "10" and ov["trainer.resume_mode"] == "disable"
     assert ov["algorithm.gamma"] == "0.99" and ov["algorithm.lam"] == "0.95"
     assert ov["data.train_batch_size"] == "32" and ov["actor_rollout_ref.rollout.name"] == "vllm"
     assert ov["trainer.logger"] == "['console','tensorboard']"

@@ -52,6 +52,8 @@ res = {}
 for name, cfg in {"ppo": {"algorithm": "ppo"}, "grpo": {"algorithm": "grpo", "rollout_n": 16}}.items():
     c = compose_verl_config(build_overrides(cfg, paths))
     res[name] = OmegaConf.to_container(c, resolve=True)
+c = compose_verl_config(build_overrides({"algorithm": "ppo"}, {**paths, "resume_from": "/ckpt/global_step_20"}))
+res["ppo_resume"] = OmegaConf.to_container(c, resolve=True)
 bad = build_overrides({"algorithm": "ppo"}, paths) + ["actor_rollout_ref.actor.optim.lrr=1"]
 try:
     compose_verl_config(bad)
@@ -82,11 +84,18 @@ def test_ppo_overrides_compose_with_design_values(composed):
     assert actor["clip_ratio"] == pytest.approx(0.2)
     assert actor["clip_ratio_low"] == pytest.approx(0.2) and actor["clip_ratio_high"] == pytest.approx(0.2)
     assert actor["entropy_coeff"] == pytest.approx(0.01)
-    assert actor["optim"]["lr"] == pytest.approx(1e-5) and critic["optim"]["lr"] == pytest.approx(1e-4)
+    # LoRA actor at 10x the design's 1e-5 (verl's LoRA guide); the critic is fully fine-tuned at 1e-4
+    assert actor["optim"]["lr"] == pytest.approx(1e-4) and critic["optim"]["lr"] == pytest.approx(1e-4)
+    model = c["actor_rollout_ref"]["model"]
+    assert model["lora_rank"] == 16 and model["lora_alpha"] == 32 and model["target_modules"] == "all-linear"
+    assert c["actor_rollout_ref"]["rollout"]["load_format"] == "safetensors"  # verl's LoRA guide: required
+    assert critic["model"]["lora_rank"] == 0
     assert actor["optim"]["clip_grad"] == pytest.approx(0.5) and critic["optim"]["clip_grad"] == pytest.approx(0.5)
     assert critic["enable"] is True and critic["model"]["path"] == "/models/sft-merged"
     assert actor["use_kl_loss"] is False
     assert "tensorboard" in c["trainer"]["logger"]
+    assert c["trainer"]["save_freq"] == 10 and c["trainer"]["default_local_dir"] == "/ckpt"
+    assert c["trainer"]["resume_mode"] == "disable"
     assert c["actor_rollout_ref"]["rollout"]["name"] == "vllm"
     assert c["actor_rollout_ref"]["rollout"]["n"] == 1
     assert c["reward"]["custom_reward_function"]["path"].endswith("qrewrite/reward/verl_reward.py")
@@ -94,8 +103,15 @@ def test_ppo_overrides_compose_with_design_values(composed):
     assert c["reward"]["reward_manager"]["name"] == "naive"
 
 
+def test_resume_overrides_compose(composed):
+    t = composed["ppo_resume"]["trainer"]
+    assert t["resume_mode"] == "resume_path" and t["resume_from_path"] == "/ckpt/global_step_20"
+
+
 def test_grpo_overrides_compose(composed):
     c = composed["grpo"]
+    assert c["actor_rollout_ref"]["model"]["lora_rank"] == 16 and c["actor_rollout_ref"]["rollout"]["name"] == "vllm"
+    assert "tensorboard" in c["trainer"]["logger"]
     assert c["algorithm"]["adv_estimator"] == "grpo"
     assert c["actor_rollout_ref"]["rollout"]["n"] == 16
     assert c["critic"]["enable"] is False
@@ -176,3 +192,42 @@ def test_verl_dataset_parquet_loads_with_rlhfdataset(tmp_path):
         assert it["extra_info"]["query_id"] == rec["query_id"] and it["extra_info"]["tenant"] == "fivedoctors"
         assert it["index"] == i
     assert "<|im_start|>user" in res["prompt_text"] and recs[0]["query"] in res["prompt_text"]
+
+
+VALIDATE_DRIVER = """
+import json, os, sys
+repo, tmp, out_path = sys.argv[1], sys.argv[2], sys.argv[-1]
+from transformers import AutoConfig, AutoTokenizer
+from qrewrite.training.base_model import find_gguf
+from qrewrite.rl.verl_compose_check import VerlConfigError, compose_verl_config
+from qrewrite.rl.verl_overrides import build_overrides
+
+# config.json + tokenizer (no weights: verl's validate_config reads only these), from the packaged GGUF
+model = os.path.join(tmp, "model")
+g = find_gguf()
+AutoTokenizer.from_pretrained(str(g.parent), gguf_file=g.name).save_pretrained(model)
+conf = AutoConfig.from_pretrained(str(g.parent), gguf_file=g.name)
+conf.architectures = ["LlamaForCausalLM"]  # a GGUF names none; verl's HFModelConfig wants exactly one
+conf.save_pretrained(model)
+paths = dict(model=model, train_files="/data/train.parquet", val_files="/data/val.parquet",
+             reward_fn=repo + "/qrewrite/reward/verl_reward.py", checkpoint_dir=os.path.join(tmp, "ckpt"))
+res = {}
+for name, cfg in {"ppo": {"algorithm": "ppo", "n_gpus_per_node": 1},
+                  "grpo": {"algorithm": "grpo", "n_gpus_per_node": 1},
+                  "bad": {"algorithm": "ppo", "n_gpus_per_node": 3}}.items():  # 32 prompts over 3 GPUs
+    try:
+        compose_verl_config(build_overrides(cfg, paths), validate=True)
+        res[name] = "ok"
+    except VerlConfigError as e:
+        res[name] = str(e)
+json.dump(res, open(out_path, "w"))
+"""
+
+
+@pytest.mark.slow
+def test_ppo_and_grpo_pass_verls_own_validate_config(tmp_path):
+    """verl's validate_config (batch sizes against GPUs and micro-batches, critic/ref wiring) on one GPU's
+    settings, as `qrewrite rl` would start main_ppo; a batch that does not split over the GPUs fails."""
+    res = run_verl(VALIDATE_DRIVER, tmp_path, str(tmp_path))
+    assert res["ppo"] == "ok" and res["grpo"] == "ok"
+    assert "real_train_batch_size (32) must be divisible by minimal possible batch size (3)" in res["bad"]

@@ -28,6 +28,12 @@ Key findings for verl 0.9.1 (keys moved between versions):
   ``rate_limited``: ``batch`` composes but fails at runtime ("Unknown reward
   manager: batch"), so it is rejected here.
 * Critic on/off: ``critic.enable`` (null means "on iff adv_estimator == gae").
+* Checkpoints: ``trainer.save_freq`` <= 0 means verl never saves (``fit`` saves only when
+  ``save_freq > 0``, the last step included), and the rule needs a checkpoint to merge, so
+  it must be positive.  Resume: ``trainer.resume_mode=resume_path`` with
+  ``trainer.resume_from_path=<default_local_dir>/global_step_N`` when the run directory
+  holds a complete step (``qrewrite.training.resume`` picks it), else ``disable``: ``auto``
+  would trust ``latest_checkpointed_iteration.txt`` as verl left it.
 """
 
 from __future__ import annotations
@@ -49,7 +55,9 @@ DEFAULTS: dict[str, Any] = {
     "critic_cliprange_value": None,  # verl default 0.5 when None
     "entropy_coeff": 0.01,
     "max_grad_norm": 0.5,
-    "actor_lr": 1e-5,
+    # None -> 1e-4 with LoRA, 1e-5 (the design's full fine-tune lr) without: verl's LoRA guide
+    # (docs/advance/ppo_lora.rst) advises raising the lr by an order of magnitude for LoRA.
+    "actor_lr": None,
     "critic_lr": 1e-4,
     "gamma": 0.99,
     "lam": 0.95,
@@ -72,7 +80,7 @@ DEFAULTS: dict[str, Any] = {
     "nnodes": 1,
     "total_epochs": 1,
     "total_training_steps": None,
-    "save_freq": -1,
+    "save_freq": 10,  # steps between checkpoints (verl also saves the last step); must be > 0
     "test_freq": -1,
     "val_before_train": True,
     "logger": ["console", "tensorboard"],
@@ -133,6 +141,10 @@ def resolve_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError("grpo needs rollout_n >= 2 (design: 16 or 32)")
     if c["use_kl_loss"] is None:
         c["use_kl_loss"] = algo == "grpo"
+    if c["actor_lr"] is None:
+        c["actor_lr"] = 1e-4 if int(c["lora_rank"]) > 0 else 1e-5
+    if int(c["save_freq"]) <= 0:
+        raise ValueError(f"save_freq must be > 0: verl saves no checkpoint at all otherwise (got {c['save_freq']})")
     if c["ppo_mini_batch_size"] is None:
         c["ppo_mini_batch_size"] = max(1, int(c["train_batch_size"]) // 4)
     if int(c["train_batch_size"]) % int(c["ppo_mini_batch_size"]):
@@ -157,7 +169,8 @@ def build_overrides(cfg: Mapping[str, Any], paths: Mapping[str, Any]) -> list[st
     paths: ``model`` (merged SFT model dir; actor, ref, rollout and critic start
     from it), ``train_files`` / ``val_files`` (parquet path or list),
     ``reward_fn`` (python file with the reward function), ``checkpoint_dir``
-    (trainer.default_local_dir); optional ``tokenizer``, ``rollout_data_dir``.
+    (trainer.default_local_dir); optional ``tokenizer``, ``rollout_data_dir``,
+    ``resume_from`` (a complete ``global_step_N`` folder under checkpoint_dir).
     """
     missing = [k for k in REQUIRED_PATHS if not paths.get(k)]
     if missing:
@@ -259,6 +272,10 @@ def build_overrides(cfg: Mapping[str, Any], paths: Mapping[str, Any]) -> list[st
         ("trainer.test_freq", int(c["test_freq"])),
         ("trainer.val_before_train", bool(c["val_before_train"])),
     ]
+    if paths.get("resume_from"):
+        o += [("trainer.resume_mode", "resume_path"), ("trainer.resume_from_path", str(paths["resume_from"]))]
+    else:
+        o.append(("trainer.resume_mode", "disable"))
     if c["total_training_steps"] is not None:
         o.append(("trainer.total_training_steps", int(c["total_training_steps"])))
     if paths.get("rollout_data_dir"):

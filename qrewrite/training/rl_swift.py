@@ -7,9 +7,10 @@ import shutil
 from pathlib import Path
 
 from ..config import base_model_swift
-from ..envs import REPO
+from ..envs import REPO, repo_pythonpath
 from ..reward.monitor import FLUSH_EVERY_ENV, TB_DIR_ENV
 from ..reward.scorer import CONFIG_ENV, PROJECT_ROOT_ENV
+from . import resume
 from . import swift_cmds as sc
 from .merge import merge_lora
 
@@ -24,16 +25,23 @@ def grpo_hparams(cfg: dict) -> dict:
 def run_swift_grpo(cfg: dict, *, config_path: str, model: str, train_jsonl: str, out: str, run_dir: str,
                    tb_dir: str, log_file: str | None = None, threads: int | None = None) -> dict:
     hp = grpo_hparams(cfg)
-    for d in (run_dir, tb_dir):
-        shutil.rmtree(d, ignore_errors=True)
-    argv = sc.grpo_cmd({**hp, "model": model, "train_file": train_jsonl, "output_dir": run_dir,
-                        "logging_dir": tb_dir, "plugin": str(PLUGIN), "reward_funcs": [REWARD_FUNC]})
+    shutil.rmtree(tb_dir, ignore_errors=True)
+    cmd = {**hp, "model": model, "train_file": train_jsonl, "output_dir": run_dir, "logging_dir": tb_dir,
+           "plugin": str(PLUGIN), "reward_funcs": [REWARD_FUNC]}
+    argv = sc.grpo_cmd(cmd)
+    # the config file carries the reward's settings, so it is an input of the run like the data
+    fp = resume.fingerprint(argv, [model, train_jsonl, config_path, PLUGIN])
+    ck = resume.last_complete_hf_checkpoint(run_dir) if resume.prepare_run_dir(run_dir, fp) else None
+    if ck:
+        argv = sc.grpo_cmd({**cmd, "resume_from_checkpoint": str(ck)})
     env = {CONFIG_ENV: str(Path(config_path).resolve()), TB_DIR_ENV: str(Path(tb_dir).resolve()),
-           FLUSH_EVERY_ENV: "0", "PYTHONPATH": str(REPO), PROJECT_ROOT_ENV: os.getcwd()}
+           FLUSH_EVERY_ENV: "0", "PYTHONPATH": repo_pythonpath(), PROJECT_ROOT_ENV: os.getcwd()}
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     wall = sc.run_swift(argv, log_file=log_file, env=env)
     ckpt = sc.last_checkpoint(run_dir)
     merged = merge_lora(cfg, base=model, adapter=str(ckpt), out=out, log_file=log_file)
+    resume.mark_finished(run_dir)
     return {"backend": "swift-grpo", "wall_s": round(wall, 1), "merge_wall_s": merged["wall_s"],
+            "resumed_from": ck.name if ck else None,
             "checkpoint": ckpt.name, "hparams": hp}

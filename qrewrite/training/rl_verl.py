@@ -14,12 +14,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..envs import REPO
+from ..envs import REPO, repo_pythonpath
 from ..errors import QrewriteError
 from ..io_utils import atomic_dir
 from ..reward.monitor import FLUSH_EVERY_ENV, TB_DIR_ENV
 from ..reward.scorer import CONFIG_ENV, PROJECT_ROOT_ENV
 from ..rl.verl_overrides import build_command, resolve_config
+from . import resume
 from .swift_cmds import run_swift, swift_env
 
 REWARD_FILE = REPO / "qrewrite" / "reward" / "verl_reward.py"
@@ -36,17 +37,15 @@ def verl_env(cfg: dict, *, config_path: str, tb_dir: str) -> dict[str, str]:
     return {CONFIG_ENV: str(Path(config_path).resolve()), TB_DIR_ENV: str(Path(tb_dir).resolve()),
             "TENSORBOARD_DIR": str(Path(tb_dir).resolve()),  # verl's own tensorboard logger
             FLUSH_EVERY_ENV: str(int(c["train_batch_size"]) * int(c["rollout_n"])),  # one flush per step
-            "PYTHONPATH": str(REPO), PROJECT_ROOT_ENV: os.getcwd()}
+            "PYTHONPATH": repo_pythonpath(), PROJECT_ROOT_ENV: os.getcwd()}
 
 
-def latest_actor_checkpoint(run_dir: str | Path) -> Path:
+def latest_actor_checkpoint(run_dir: str | Path, *, critic: bool) -> Path:
     run = Path(run_dir)
-    marker = run / "latest_checkpointed_iteration.txt"
-    steps = sorted((int(p.name.split("_")[-1]) for p in run.glob("global_step_*") if p.name.split("_")[-1].isdigit()))
-    step = int(marker.read_text().strip()) if marker.is_file() else (steps[-1] if steps else None)
-    if step is None or not (run / f"global_step_{step}" / "actor").is_dir():
-        raise QrewriteError(f"no verl actor checkpoint under {run}",
-                            hint="set rl.verl.save_freq (-1 saves only at the end) and check the training log")
+    step = resume.last_complete_verl_step(run, critic=critic)
+    if step is None:
+        raise QrewriteError(f"no complete verl checkpoint under {run}",
+                            hint="rl.verl.save_freq must be > 0 (verl saves nothing otherwise); check the training log")
     return run / f"global_step_{step}" / "actor"
 
 
@@ -79,14 +78,20 @@ def check_allocation(verl_cfg: dict, environ=os.environ) -> None:
 def run_verl(cfg: dict, *, config_path: str, model: str, train: str, val: str, out: str, run_dir: str,
              tb_dir: str, log_file: str | None = None) -> dict:
     check_allocation(cfg["rl"]["verl"])
-    for d in (run_dir, tb_dir):
-        shutil.rmtree(d, ignore_errors=True)
+    shutil.rmtree(tb_dir, ignore_errors=True)
     os.makedirs(tb_dir, exist_ok=True)
-    argv = build_command(cfg["rl"]["verl"], verl_paths(model=model, train=train, val=val, run_dir=run_dir),
-                         python=sys.executable)
+    critic = resolve_config(cfg["rl"]["verl"])["algorithm"] == "ppo"
+    paths = verl_paths(model=model, train=train, val=val, run_dir=run_dir)
+    argv = build_command(cfg["rl"]["verl"], paths, python=sys.executable)
+    # same command and inputs as an interrupted run: continue from its last complete global_step_N
+    fp = resume.fingerprint(argv[1:], [model, train, val, config_path, REWARD_FILE])
+    step = resume.prepare_verl_resume(run_dir, critic=critic) if resume.prepare_run_dir(run_dir, fp) else None
+    if step is not None:
+        paths["resume_from"] = str(Path(run_dir).resolve() / f"global_step_{step}")
+        argv = build_command(cfg["rl"]["verl"], paths, python=sys.executable)
     env = verl_env(cfg, config_path=config_path, tb_dir=tb_dir)
     wall = run_swift(argv, log_file=log_file, env=env)  # same streaming runner: any command works
-    actor = latest_actor_checkpoint(run_dir)
+    actor = latest_actor_checkpoint(run_dir, critic=critic)
     with atomic_dir(out) as tmp:
         hf = Path(tmp) / "hf"
         subprocess.run([sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp",
@@ -97,5 +102,7 @@ def run_verl(cfg: dict, *, config_path: str, model: str, train: str, val: str, o
         for p in final.iterdir():
             shutil.move(str(p), Path(tmp) / p.name)
         final.rmdir()
+    resume.mark_finished(run_dir)
     return {"backend": "verl", "algorithm": cfg["rl"]["verl"]["algorithm"], "wall_s": round(wall, 1),
+            "resumed_from_step": step,
             "checkpoint": str(actor.parent.name), "overrides": argv[3:]}

@@ -8,6 +8,7 @@ from pathlib import Path
 from ..config import base_model_swift
 from ..errors import QrewriteError
 from ..io_utils import atomic_dir
+from . import resume
 from . import swift_cmds as sc
 
 # What a LoRA adapter folder needs (args.json lets `swift export/infer` read the template settings).
@@ -34,12 +35,17 @@ def eval_history(run_dir: str | Path) -> dict:
 
 def run_sft(cfg: dict, *, base: str, train: str, val: str, out: str, run_dir: str, tb_dir: str,
             log_file: str | None = None, threads: int | None = None) -> dict:
-    """Train, then copy the best checkpoint's adapter to `out` (atomically). Returns stats."""
+    """Train (or resume an interrupted run of the same command), then copy the best checkpoint's adapter
+    to `out` (atomically). Returns stats."""
     hp = sft_hparams(cfg)
-    for d in (run_dir, tb_dir):  # a rerun starts clean: stale checkpoints/events would mix into this run
-        shutil.rmtree(d, ignore_errors=True)
-    argv = sc.sft_cmd({**hp, "model": base, "train_file": train, "val_file": val, "output_dir": run_dir,
-                       "logging_dir": tb_dir})
+    shutil.rmtree(tb_dir, ignore_errors=True)  # a Snakemake output: it deletes it before a rerun anyway
+    cmd = {**hp, "model": base, "train_file": train, "val_file": val, "output_dir": run_dir, "logging_dir": tb_dir}
+    argv = sc.sft_cmd(cmd)
+    # a different command or input wipes run_dir; the same one, killed, resumes from its last complete checkpoint
+    ck = (resume.last_complete_hf_checkpoint(run_dir)
+          if resume.prepare_run_dir(run_dir, resume.fingerprint(argv, [base, train, val])) else None)
+    if ck:
+        argv = sc.sft_cmd({**cmd, "resume_from_checkpoint": str(ck)})
     env = {"OMP_NUM_THREADS": str(threads)} if threads else None
     wall = sc.run_swift(argv, log_file=log_file, env=env)
     best = sc.best_checkpoint(run_dir)
@@ -50,11 +56,13 @@ def run_sft(cfg: dict, *, base: str, train: str, val: str, out: str, run_dir: st
         for f in ADAPTER_FILES:
             if (best / f).is_file():
                 shutil.copy2(best / f, tmp / f)
+    resume.mark_finished(run_dir)
     hist = eval_history(run_dir)
     best_eval = min((e["eval_loss"] for e in hist["eval"]), default=None)
     if not sc.event_files(tb_dir):
         raise QrewriteError(f"swift wrote no TensorBoard events under {tb_dir}")
-    return {"wall_s": round(wall, 1), "best_checkpoint": best.name, "best_eval_loss": best_eval,
+    return {"wall_s": round(wall, 1), "resumed_from": ck.name if ck else None,
+            "best_checkpoint": best.name, "best_eval_loss": best_eval,
             "first_eval_loss": hist["eval"][0]["eval_loss"] if hist["eval"] else None,
             "final_train_loss": hist["train"][-1]["loss"] if hist["train"] else None,
             "steps": max((e["step"] or 0 for e in hist["train"] + hist["eval"]), default=0),

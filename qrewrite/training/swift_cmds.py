@@ -136,6 +136,13 @@ def _schedule_args(cfg: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _resume_args(cfg: Mapping[str, Any]) -> list[str]:
+    # transformers restores weights, optimizer, scheduler, RNG and the step, and skips the batches already
+    # seen; the caller passes only a checkpoint it found complete (qrewrite.training.resume).
+    ck = cfg.get("resume_from_checkpoint")
+    return ["--resume_from_checkpoint", str(ck)] if ck else []
+
+
 def swift_bin(hp: Mapping[str, Any] | None = None) -> str:
     """The ``swift`` executable: ``hp['swift_bin']``, else next to this Python, else PATH."""
     if hp and hp.get("swift_bin"):
@@ -152,7 +159,8 @@ def sft_cmd(hp: Mapping[str, Any]) -> list[str]:
     """``swift sft`` with LoRA on a local chat jsonl (rows: ``{"messages": [...]}``).
 
     Required: model, train_file, val_file, output_dir. Optional: logging_dir (default
-    ``output_dir/runs``) and everything in SFT_DEFAULTS.
+    ``output_dir/runs``), resume_from_checkpoint (a ``checkpoint-N`` folder) and everything in
+    SFT_DEFAULTS.
     """
     cfg = _merged(SFT_DEFAULTS, hp, ["model", "train_file", "val_file", "output_dir"])
     if cfg["load_best_model_at_end"] and int(cfg["save_steps"]) % int(cfg["eval_steps"]):
@@ -195,7 +203,7 @@ def sft_cmd(hp: Mapping[str, Any]) -> list[str]:
             "--logging_dir", str(cfg.get("logging_dir") or os.path.join(out_dir, "runs"))]
     if cfg.get("system"):
         argv += ["--system", str(cfg["system"])]
-    return argv
+    return argv + _resume_args(cfg)
 
 
 def export_merge_cmd(hp: Mapping[str, Any]) -> list[str]:
@@ -248,7 +256,7 @@ def grpo_cmd(hp: Mapping[str, Any]) -> list[str]:
     functions as keyword arguments), output_dir, plugin (path of the reward plugin
     file), reward_funcs (names registered in ``swift.rewards.orms`` by the plugin).
     Optional: logging_dir, val_file, adapter (start from base + SFT adapter instead of
-    a merged model), GRPO_DEFAULTS.
+    a merged model), resume_from_checkpoint, GRPO_DEFAULTS.
     """
     cfg = _merged(GRPO_DEFAULTS, hp, ["model", "train_file", "output_dir", "plugin", "reward_funcs"])
     bs, ng = int(cfg["per_device_train_batch_size"]), int(cfg["num_generations"])
@@ -304,7 +312,7 @@ def grpo_cmd(hp: Mapping[str, Any]) -> list[str]:
         argv += ["--adapters", str(cfg["adapter"])]
     if cfg.get("val_file"):
         argv += ["--val_dataset", str(cfg["val_file"])]
-    return argv
+    return argv + _resume_args(cfg)
 
 
 # --------------------------------------------------------------------------- runner
