@@ -24,7 +24,6 @@ import argparse
 import fnmatch
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
