@@ -10,6 +10,7 @@ that one. A constant or vague-query-loving score lands near or below 0.5.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 
 from .entities import EntityLexicon
@@ -54,19 +55,17 @@ def agreement(rows: list[dict]) -> dict:
 async def score_agreement(rag, queries: list[dict], teacher: dict[str, str], lexicon: EntityLexicon,
                           quality: str) -> dict:
     """Agreement of ``rag``'s q (formula ``quality``) with gold over the texts of every gold query."""
-    rows = []
-    for q in queries:
-        if not q.get("gold_doc_ids"):
-            continue
+    async def one(q: dict) -> dict:
         texts = agreement_texts(q, teacher.get(q["id"]), lexicon)
-        seen: dict[str, tuple[float, float]] = {}
-        res = {}
+        unique: dict[str, str] = {}
         for kind, text in texts.items():
-            if text not in seen:  # identical texts are one text, not a pair
-                hits = await rag.search(q["query"], text)
-                seen[text] = (gold_ranking(hits, q["gold_doc_ids"])["hit_at_1"], retrieval_quality(hits, quality))
-                res[kind] = seen[text]
-        rows.append(res)
+            unique.setdefault(text, kind)  # identical texts are one text, not a pair
+        found = await asyncio.gather(*(rag.search(q["query"], text) for text in unique))
+        return {kind: (gold_ranking(hits, q["gold_doc_ids"])["hit_at_1"], retrieval_quality(hits, quality))
+                for kind, hits in zip(unique.values(), found)}
+
+    # Concurrent across queries: the RAG client bounds the calls in flight.
+    rows = await asyncio.gather(*(one(q) for q in queries if q.get("gold_doc_ids")))
     return {**agreement(rows), "texts": list(TEXTS), "queries": len(rows), "quality": quality}
 
 

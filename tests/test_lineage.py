@@ -124,8 +124,8 @@ def test_lineage_records_the_whole_chain_back_to_the_raw_excel(chain):
     assert env["requirements"]["envs/torch.txt"] == sha256_file(REPO / "envs/torch.txt")
     container = REPO / "containers/swift.def"
     assert env["container_def_sha256"] == (sha256_file(container) if container.exists() else None)
-    assert doc["providers"]["teacher"]["provider"] == "prf" and doc["providers"]["teacher"]["model"] == "rm3-bm25"
-    assert doc["providers"]["judge"] == {"provider": "rule", "model": "rules-v1", "base_url": None}
+    assert doc["providers"]["teacher"]["provider"] == "resolve" and doc["providers"]["teacher"]["model"] == "kb-entity-resolver"
+    assert doc["providers"]["judge"] == {"provider": "rule", "model": "rules-v2", "base_url": None}
     assert doc["usage"]["rule"] == {"rag_calls": 12, "judge_calls": 3, "judge_cost_usd": 0.0}
     assert doc["usage"]["upstream"]["teacher"]["calls"] == 50 and doc["usage"]["upstream"]["teacher"]["cost_usd"] == 0
     assert doc["run"]["slurm_job_id"] == "4242" and doc["run"]["host"] and doc["run"]["duration_s"] == 60
@@ -193,7 +193,7 @@ def test_show_prints_the_tree_and_traces_a_sample_to_its_excel_row_and_teacher_c
     tree = project.qrewrite("lineage", "show", P["rl_model"]).stdout
     for needle in ("models/fivedoctors/rl", "made by rule `rl`", "models/fivedoctors/sft-merged", "← merge_sft",
                    "data/raw/fivedoctors.xlsx", "← build_excel", "data/demo/fivedoctors.queries.jsonl",
-                   "Slurm job 4242", "teacher: prf/rm3-bm25"):
+                   "Slurm job 4242", "teacher: resolve/kb-entity-resolver"):
         assert needle in tree, needle
     sample = project.read_jsonl(P["train"])[0]
     out = project.qrewrite("lineage", "show", P["sft_model"], "--trace", "train:1").stdout
