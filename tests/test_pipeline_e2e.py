@@ -180,7 +180,8 @@ def test_pipeline_evaluates_every_candidate_for_both_tenants(run):
     root = run.root
     for t in TENANTS:
         doc = json.loads((root / eval_paths(t)["eval_json"]).read_text())
-        assert list(doc["candidates"]) == ["raw", "teacher", "base", "sft", "rl", "api"] and doc["n_queries"] == 3
+        assert list(doc["candidates"]) == ["raw", "query_history", "teacher", "base", "sft", "rl", "api"]
+        assert doc["n_queries"] == 3 and "random tie-breaking" in doc["tie_rule"]
         assert set(doc["headline"]) == {"teacher", "sft", "rl"}
         assert (doc["judge"]["provider"], doc["judge"]["model"]) == ("openai", "judge-model")
         for name in ("base", "sft", "rl"):
@@ -190,8 +191,8 @@ def test_pipeline_evaluates_every_candidate_for_both_tenants(run):
             assert c["judge"]["mean"] == 4  # every query judged by the API judge (JUDGE_REPLY)
         api = doc["candidates"]["api"]
         assert api["kind"] == "openai" and api["latency_s"]["p50"] > 0
-        assert set(doc["comparisons"]) == {"rl_vs_sft", "sft_vs_base", "rl_vs_teacher", "sft_vs_teacher",
-                                           "teacher_vs_raw"}
+        assert set(doc["comparisons"]) == {"rl_vs_sft", "sft_vs_base", "sft_vs_raw", "rl_vs_teacher",
+                                           "sft_vs_teacher", "rl_vs_query_history", "teacher_vs_raw"}
         assert doc["comparisons"]["rl_vs_sft"]["hit_at_1"]["n"] == 3
     html = (root / REPORT_HTML).read_text(encoding="utf-8")
     check_self_contained(html)

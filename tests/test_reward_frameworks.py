@@ -43,8 +43,9 @@ LENDABLE = ("jieba", "bm25s", "jsonschema", "jsonschema_specifications", "refere
 
 QUERY = "奶蓟草护肝片啥时候吃效果好"
 TEACHER = "奶蓟草护肝片 服用时间 饭后"
+# No teacher scores: the scorer retrieves the teacher rewrite itself, so the teacher's own text ties exactly.
 GROUND_TRUTH = json.dumps({"teacher_rewrite": TEACHER,
-                           "teacher_retrieval": {"top1": 1.0, "mean_top3": 1.0, "doc_ids": ["fd-058"]},
+                           "teacher_retrieval": {"top1": None, "mean_top3": None, "doc_ids": ["fd-058"]},
                            "gold_doc_ids": ["fd-058"]}, ensure_ascii=False)
 
 
