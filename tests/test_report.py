@@ -152,3 +152,18 @@ def test_report_names_a_missing_input(raw_teacher_project, tmp_path):
     (project.root / "c_missing.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
     proc = project.qrewrite("report", "--config", "c_missing.yaml", "--out", "reports/x.html", check=False)
     assert proc.returncode == 2 and "reports/acme/eval.json" in proc.stderr and "report input not found" in proc.stderr
+
+
+def test_signals_block_shows_the_checks_against_gold():
+    from qrewrite.report.build import signals_block
+
+    summary = {"signals": {"score_agreement": {"agreement": 0.9366, "pairs": 189, "score": "relevance",
+                                               "quality": "top1",
+                                               "alternatives": {"coverage/seed": {"agreement": 0.6473}}}},
+               "retrieval": {"hit_at_1": {"original": 0.5375, "rewrite": 0.925}}}
+    doc = {"signals": {"judge_auc": {"auc": 0.9858, "n_good": 62, "n_bad": 60,
+                                     "by_failure": {"typo_kept": {"auc": 0.86, "n": 4}, "answers": {"auc": 1.0, "n": 7}}}}}
+    html = signals_block(doc, summary)
+    for needle in ("0.937", "189 pairs", "coverage/seed 0.647", "0.986", "weakest: typo_kept 0.860", "0.925", "0.537"):
+        assert needle in html, needle
+    assert "No signal checks" in signals_block({}, {})

@@ -111,7 +111,7 @@ def test_unsampled_judge_is_neutral_not_renormalised(missing):
 
 def test_settings_merge_defaults():
     s = reward_settings({"reward": {"weights": {"judge": 0.5}, "judge": {"openai": {"model": "m"}}}})
-    assert s["weights"] == {"judge": 0.5, "retrieval": 0.40, "win": 0.25}
+    assert s["weights"] == {"judge": 0.5, "retrieval": 0.40, "win": 0.25, "rank": 0.0}
     assert s["judge"]["openai"]["model"] == "m" and s["judge"]["openai"]["api_key_env"] == "OPENAI_API_KEY"
     assert s["judge"]["provider"] == "rule" and s["judge"]["sample_share"] == 0.3
     assert reward_settings({}) == DEFAULTS and reward_settings({}) is not DEFAULTS
@@ -535,3 +535,38 @@ def test_scorer_http_rag(tmp_path, rag_server, retriever):
     sc.score_batch([_teacher_sample(retriever, TEACHER)])
     assert sc.stats()["rag_cache_hits"] == 1 and sc.rag.calls == 2
     sc.close()
+
+
+# ------------------------------------------------------------------------------------------ rank term
+
+def test_rank_term_formula_and_the_seed_default():
+    assert [formula.rank_term(rr) for rr in (1.0, 0.5, 1 / 3, 0.0, None)] == pytest.approx([1, 0, -1 / 3, -1, 0])
+    seed = _rd()
+    assert seed["rank_term"] == 0.0 and seed["rank_label"] == 0           # no label given
+    ranked = _rd(rank_rr=1.0, rank_label="gold")
+    assert ranked["rank_term"] == 1.0 and ranked["rank_label"] == 1
+    assert ranked["score"] == seed["score"]                               # weight 0 by default: the seed formula
+    heavy = _rd(rank_rr=1.0, rank_label="gold", weights={**W, "rank": 0.2})
+    assert heavy["score"] == pytest.approx(min(1.0, seed["score"] + 0.2))
+
+
+def test_scorer_rank_term_uses_gold_else_the_teacher_top_document(tmp_path, retriever):
+    cfg = _cfg(tmp_path, judge={"sample_share": 0.0}, weights={**W, "rank": 0.3})
+    sc = RewardScorer(cfg, _tenant())
+    teacher_hits = [{"doc_id": h["doc_id"], "reranker_score": h["reranker_score"]}
+                    for h in retriever.search(TEACHER, 5, question=QUERY)]
+    right = "奶蓟草护肝片什么时间吃最好"                        # fd-058: 奶蓟草护肝片 用法用量
+    wrong = "奶蓟草护肝片的保质期是多久"                        # the same product's storage page
+    gold = [_teacher_sample(retriever, t, teacher_hits=teacher_hits) for t in (right, wrong)]
+    pseudo = [_teacher_sample(retriever, t, teacher_hits=teacher_hits, gold_doc_ids=[]) for t in (right, wrong)]
+    g_right, g_wrong, p_right, p_wrong = sc.score_batch(gold + pseudo)
+    assert (g_right["rank_label"], p_right["rank_label"]) == (1, 2)
+    assert g_right["rank_term"] == 1.0 and g_wrong["rank_term"] <= 0 and g_right["score"] > g_wrong["score"]
+    assert teacher_hits[0]["doc_id"] == "fd-058" and p_right["rank_term"] == 1.0 and p_wrong["rank_term"] <= 0
+    # a tied teacher top is no pseudo-label
+    tied = [dict(teacher_hits[0]), dict(teacher_hits[1], reranker_score=teacher_hits[0]["reranker_score"])]
+    assert sc.rank_target(_teacher_sample(retriever, right, teacher_hits=tied, gold_doc_ids=[])) == ([], None)
+    sc.close()
+    only_gold = RewardScorer(_cfg(tmp_path, judge={"sample_share": 0.0}, rank_label="gold"), _tenant())
+    assert only_gold.rank_target(pseudo[0]) == ([], None)
+    only_gold.close()

@@ -241,6 +241,30 @@ def lineage_block(tenant: str) -> str:
             "back to the raw Excel.</p>")
 
 
+def signals_block(doc: dict, summary: dict) -> str:
+    """Whether the signals measure what their names say (README, "Signals"): the checks against gold."""
+    rows = []
+    sa = ((summary.get("signals") or {}).get("score_agreement")) or {}
+    if sa:
+        alts = "; ".join(f"{escape(k)} {_fmt(v.get('agreement'))}" for k, v in (sa.get("alternatives") or {}).items())
+        rows.append(f"<tr><td>retrieval score q agrees with gold</td><td>{_fmt(sa.get('agreement'))}</td>"
+                    f"<td>{sa.get('pairs')} pairs of texts, {escape(str(sa.get('score', sa.get('provider'))))} / "
+                    f"{escape(str(sa.get('quality')))}{'; other scores: ' + alts if alts else ''}</td></tr>")
+    ja = ((doc.get("signals") or {}).get("judge_auc")) or {}
+    if ja:
+        worst = min((ja.get("by_failure") or {}).items(), key=lambda kv: kv[1]["auc"] or 0, default=None)
+        weakest = f"; weakest: {escape(worst[0])} {_fmt(worst[1]['auc'])}" if worst else ""
+        rows.append(f"<tr><td>judge AUC on labelled rewrites</td><td>{_fmt(ja.get('auc'))}</td>"
+                    f"<td>{ja.get('n_good')} good / {ja.get('n_bad')} bad{weakest}</td></tr>")
+    hit = ((summary.get("retrieval") or {}).get("hit_at_1")) or {}
+    if hit:
+        rows.append(f"<tr><td>teacher Hit@1 (all queries)</td><td>{_fmt(hit.get('rewrite'))}</td>"
+                    f"<td>raw query {_fmt(hit.get('original'))}; ties: expected value over random order</td></tr>")
+    if not rows:
+        return "<p class=note>No signal checks (no gold documents or labelled rewrites).</p>"
+    return "<table><tr><th>check</th><th>value</th><th>detail</th></tr>" + "".join(rows) + "</table>"
+
+
 def tenant_section(tenant: str, doc: dict, examples: list[dict], summary: dict) -> str:
     j = doc["judge"]
     return (f"<section id='{escape(tenant)}'><h2>{escape(tenant)}</h2>"
@@ -249,6 +273,7 @@ def tenant_section(tenant: str, doc: dict, examples: list[dict], summary: dict) 
             f"{escape(str(j['provider']))}/{escape(str(j['model']))} on {j['judged_queries']} sampled queries "
             f"(share {j['sample_share']}); baseline {escape(doc['baseline'])}.</p>"
             f"<h3>Candidates</h3>{candidate_table(doc)}"
+            f"<h3>Signals checked against gold</h3>{signals_block(doc, summary)}"
             f"<h3>Metrics with {doc['bootstrap']['confidence']:.0%} intervals</h3>{metric_bars(doc)}"
             f"<h3>Paired comparisons</h3>{comparison_table(doc)}"
             f"<h3>Training curves (TensorBoard)</h3>{curves(tenant)}"

@@ -5,7 +5,9 @@ Reward for a student rewrite of query x, against the precomputed teacher rewrite
     judge_term     = tanh(3 * (judge(student) - judge(teacher)) / 5)      judge scores on 1..5
     retrieval_term = tanh(3 * (q_student - q_teacher))                    q: rag.quality (top hit's score)
     win_term       = +0.5 if q_student > q_teacher, -0.3 if lower, 0 on a tie (|diff| <= epsilon)
-    score          = clip(w_judge*judge_term + w_retrieval*retrieval_term + w_win*win_term, -1, 1)
+    rank_term      = 2 * RR - 1, RR the reciprocal rank of the label (gold, else the teacher's top document)
+    score          = clip(w_judge*judge_term + w_retrieval*retrieval_term + w_win*win_term
+                          + w_rank*rank_term, -1, 1)          w_rank = 0 by default: the seed formula
 
 Settings live under ``reward:`` in config.yaml; ``DEFAULTS`` below is merged under
 ``cfg.get("reward", {})`` by ``reward_settings`` so the code works with or without the schema section.
@@ -17,7 +19,10 @@ import copy
 from typing import Any
 
 DEFAULTS: dict[str, Any] = {
-    "weights": {"judge": 0.35, "retrieval": 0.40, "win": 0.25},
+    "weights": {"judge": 0.35, "retrieval": 0.40, "win": 0.25, "rank": 0.0},
+    # Rank term (weight `weights.rank`, 0 = the seed formula): which documents the student's hits are ranked
+    # against. auto = the gold documents where the query has them, else the teacher's top document.
+    "rank_label": "auto",
     # q_student and q_teacher closer than this count as a tie (no win/loss bonus).
     "epsilon": 1e-9,
     "cache_dir": "cache/reward",

@@ -16,9 +16,11 @@ TANH_SCALE = 3.0
 
 # Every key of ``reward_dict``: verl stacks reward_extra_info per key, so all are always present
 # and numeric (no None, no NaN: an absent judge score is 0.0 with judge_sampled = 0).
-REWARD_KEYS = ("score", "judge_term", "retrieval_term", "win_term", "judge_sampled", "judge_failed",
-               "judge_student", "judge_teacher", "q_student", "q_teacher", "student_top1", "teacher_top1",
-               "win")
+REWARD_KEYS = ("score", "judge_term", "retrieval_term", "win_term", "rank_term", "rank_rr", "rank_label",
+               "judge_sampled", "judge_failed", "judge_student", "judge_teacher", "q_student", "q_teacher",
+               "student_top1", "teacher_top1", "win")
+# rank_label: which documents the rank term ranks (0 none, 1 gold, 2 the teacher's top document).
+RANK_LABELS = {None: 0, "gold": 1, "teacher": 2}
 
 
 def quality(hits: list[dict], formula: str = "top1") -> float:
@@ -60,18 +62,28 @@ def win_term(outcome: int) -> float:
     return WIN_BONUS if outcome > 0 else LOSS_PENALTY if outcome < 0 else 0.0
 
 
+def rank_term(rr: float | None) -> float:
+    """2 * RR - 1 for the (tie-aware, expected) reciprocal rank RR of the labelled document among the
+    student's hits: +1 at rank 1, 0 at rank 2, -1/3 at rank 3, -1 when not retrieved; 0 with no label.
+    Rank-based, in the spirit of ConvSearch-R1's rank reward: it pays for finding the right document,
+    not for a confident score."""
+    return 0.0 if rr is None else 2.0 * float(rr) - 1.0
+
+
 def clip(x: float, lo: float = -1.0, hi: float = 1.0) -> float:
     return lo if x < lo else hi if x > hi else float(x)
 
 
-def total(judge_t: float, retrieval_t: float, win_t: float, weights: dict) -> float:
-    """w_judge*judge + w_retrieval*retrieval + w_win*win, clipped to [-1, 1]."""
-    return clip(weights["judge"] * judge_t + weights["retrieval"] * retrieval_t + weights["win"] * win_t)
+def total(judge_t: float, retrieval_t: float, win_t: float, weights: dict, rank_t: float = 0.0) -> float:
+    """w_judge*judge + w_retrieval*retrieval + w_win*win (+ w_rank*rank), clipped to [-1, 1]."""
+    return clip(weights["judge"] * judge_t + weights["retrieval"] * retrieval_t + weights["win"] * win_t
+                + weights.get("rank", 0.0) * rank_t)
 
 
 def reward_dict(*, q_student: float, q_teacher: float, student_top1: float, teacher_top1: float,
                 judge_student: float | None, judge_teacher: float | None, weights: dict,
-                epsilon: float = 1e-9, judge_failed: bool = False) -> dict:
+                epsilon: float = 1e-9, judge_failed: bool = False, rank_rr: float | None = None,
+                rank_label: str | None = None) -> dict:
     """The full per-sample reward record: ``score`` plus every component (keys: ``REWARD_KEYS``).
 
     Unsampled judge: a rollout outside the judged share (or whose judge call failed: malformed
@@ -94,11 +106,15 @@ def reward_dict(*, q_student: float, q_teacher: float, student_top1: float, teac
     r_t = retrieval_term(q_student, q_teacher)
     outcome = win(q_student, q_teacher, epsilon)
     w_t = win_term(outcome)
+    k_t = rank_term(rank_rr)
     return {
-        "score": total(j_t, r_t, w_t, weights),
+        "score": total(j_t, r_t, w_t, weights, k_t),
         "judge_term": float(j_t),
         "retrieval_term": float(r_t),
         "win_term": float(w_t),
+        "rank_term": float(k_t),
+        "rank_rr": float(rank_rr) if rank_rr is not None else 0.0,
+        "rank_label": RANK_LABELS[rank_label if rank_rr is not None else None],
         "judge_sampled": 1 if sampled else 0,
         "judge_failed": 1 if judge_failed else 0,
         "judge_student": float(judge_student) if sampled else 0.0,

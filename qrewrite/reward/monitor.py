@@ -38,6 +38,7 @@ def batch_scalars(details: list[dict]) -> dict[str, float]:
         return {}
     out = {("reward_mean" if k == "score" else k): sum(float(d[k]) for d in details) / n for k in TERMS}
     out["judge_sampled_share"] = out.pop("judge_sampled")
+    out["rank_term"] = sum(float(d.get("rank_term", 0.0)) for d in details) / n  # 0 unless weights.rank > 0
     wins = [int(d["win"]) for d in details]
     out["win_rate"] = sum(w > 0 for w in wins) / n
     out["tie_rate"] = sum(w == 0 for w in wins) / n

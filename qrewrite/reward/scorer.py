@@ -31,6 +31,7 @@ from pathlib import Path
 
 from ..io_utils import sha256_json
 from ..kb import tenant_kb
+from ..metrics import gold_ranking, tie_groups
 from ..rag.local import SCORE_VERSION
 from ..rag.providers import make_rag
 from ..teacher.cache import DiskCache
@@ -148,6 +149,7 @@ class RewardScorer:
         self.epsilon = float(self.settings["epsilon"])
         self.sample_share = float(self.settings["judge"]["sample_share"])
         self.quality = (cfg.get("rag") or {}).get("quality", "top1")
+        self.rank_label = self.settings.get("rank_label", "auto")
         self.language = tenant.get("language", "zh")
         self.rag = rag if rag is not None else make_rag(cfg, tenant)
         rcfg = cfg["rag"]
@@ -244,15 +246,27 @@ class RewardScorer:
         return student.score, teacher.score, False
 
     # ------------------------------------------------------------------------------------ score
+    def rank_target(self, s: RewardSample) -> tuple[list[str], str | None]:
+        """(documents the rank term ranks, their kind: gold | teacher | None), per ``reward.rank_label``."""
+        if s.gold_doc_ids and self.rank_label in ("auto", "gold"):
+            return list(s.gold_doc_ids), "gold"
+        if self.rank_label in ("auto", "teacher") and s.teacher_hits:
+            groups = tie_groups([h for h in s.teacher_hits if "reranker_score" in h])
+            if groups and len(groups[0]) == 1:  # a tied top is no label
+                return [groups[0][0]["doc_id"]], "teacher"
+        return [], None
+
     async def _score_one(self, s: RewardSample) -> dict:
         hits, (q_teacher, teacher_top1), (j_s, j_t, failed) = await asyncio.gather(
             self.retrieve(s.query, s.rollout), self._teacher_side(s), self._judge_pair(s))
         self.counters["samples"] += 1
+        target, label = self.rank_target(s)
+        rr = gold_ranking(hits, target)["rr"] if target else None
         return formula.reward_dict(
             q_student=formula.quality(hits, self.quality), q_teacher=q_teacher,
             student_top1=float(hits[0]["reranker_score"]) if hits else 0.0, teacher_top1=teacher_top1,
             judge_student=j_s, judge_teacher=j_t, weights=self.weights, epsilon=self.epsilon,
-            judge_failed=failed)
+            judge_failed=failed, rank_rr=rr, rank_label=label)
 
     async def ascore_batch(self, samples: list[RewardSample]) -> list[dict]:
         """Score ``samples`` concurrently. Use this or ``score_batch``, not both on one scorer."""

@@ -54,6 +54,9 @@ def make_ground_truth(record: Mapping[str, Any]) -> dict[str, Any]:
             "top1": None if tr.get("top1") is None else float(tr["top1"]),
             "mean_top3": None if tr.get("mean_top3") is None else float(tr["mean_top3"]),
             "doc_ids": [str(d) for d in (tr.get("doc_ids") or [])],
+            # scored hits: the rank term's pseudo-label is the teacher's top document unless it is tied
+            **({"hits": [{"doc_id": str(h["doc_id"]), "reranker_score": float(h["reranker_score"])}
+                         for h in tr["hits"]]} if tr.get("hits") else {}),
         },
         "gold_doc_ids": [str(d) for d in (record.get("gold_doc_ids") or [])],
     }

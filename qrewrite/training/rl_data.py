@@ -33,7 +33,9 @@ def rl_records(sft_rows: list[dict], queries: dict[str, dict], source: str) -> l
             "query_id": qid, "tenant": meta["tenant"], "query": q["query"], "profile": q.get("profile") or "",
             "history": q.get("history") or "", "prompt": prompt, "teacher_rewrite": teacher,
             "teacher_retrieval": {"top1": meta.get("teacher_top1"), "mean_top3": meta.get("teacher_mean_top3"),
-                                  "doc_ids": [h["doc_id"] for h in hits]},
+                                  "doc_ids": [h["doc_id"] for h in hits],
+                                  "hits": [{"doc_id": h["doc_id"], "reranker_score": h["reranker_score"]}
+                                           for h in hits if "reranker_score" in h]},
             "gold_doc_ids": meta.get("gold_doc_ids") or [],
         })
     return out
