@@ -34,6 +34,7 @@ from typing import Any
 from .errors import QrewriteError
 from .io_utils import read_json, read_jsonl, sha256_file, sha256_json, write_json
 from .paths import BASE_MODEL_KEY, UPSTREAM, artifact_paths
+from .reward import RULE_JUDGE_MODEL
 
 FORMAT = "qrewrite-lineage/1"
 LINEAGE_FILE = "lineage.json"
@@ -259,7 +260,7 @@ def _providers(config: dict, closure: list[dict]) -> dict:
             teacher["model"] = next(iter(seen)).split("/", 1)[1]
     jprov = judge_cfg.get("provider", "rule")
     judge = {"provider": jprov,
-             "model": (judge_cfg.get("openai") or {}).get("model") if jprov == "openai" else "rules-v1",
+             "model": (judge_cfg.get("openai") or {}).get("model") if jprov == "openai" else RULE_JUDGE_MODEL,
              "base_url": (judge_cfg.get("openai") or {}).get("base_url") if jprov == "openai" else None}
     return {"teacher": teacher, "judge": judge}
 

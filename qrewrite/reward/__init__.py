@@ -18,6 +18,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+# The embedded rule judge's version, recorded in lineage (qrewrite.reward.judge.RuleJudge.model).
+RULE_JUDGE_MODEL = "rules-v2"
+
 DEFAULTS: dict[str, Any] = {
     "weights": {"judge": 0.35, "retrieval": 0.40, "win": 0.25, "rank": 0.0},
     # Rank term (weight `weights.rank`, 0 = the seed formula): which documents the student's hits are ranked

@@ -33,6 +33,7 @@ from ..retry import backoff_delay, retry_after_seconds
 from ..secret import from_env, redact
 from ..teacher.cache import DiskCache, call_key
 from ..entities import EntityLexicon, _sound
+from . import RULE_JUDGE_MODEL
 from ..rag.local import LocalRetriever
 from ..text import normalize, tokenize_parts
 
@@ -120,7 +121,7 @@ class RuleJudge:
     """
 
     provider = "rule"
-    model = "rules-v2"
+    model = RULE_JUDGE_MODEL
 
     def __init__(self, language: str = "zh", docs: list | None = None, temperature: float = 1.0):
         self.language = language
