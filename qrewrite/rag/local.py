@@ -14,8 +14,8 @@ for, as two factors:
   the rewrite added (a pasted history's "物流发货时间") does not answer what was asked.
 
 Measured against gold on the demo tenants (README, "Signals"): among pairs of texts of which exactly
-one puts the gold document first, this score prefers that one in 97 % / 95 % of pairs; the coverage
-score alone did so in 61 % / 43 %.
+one puts the gold document alone first, this score prefers that one in 94 % / 97 % of pairs; the seed's
+coverage score did so in 31 % / 21 % (59-61 % / 42-43 % under the old file-order ranking).
 
 ``score: coverage`` (the seed design, kept for comparison) is coverage(rewrite, d) alone: how much of
 the rewrite a document covers. It rewards vague queries (a two-word query is fully "covered" by many
