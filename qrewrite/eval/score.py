@@ -20,8 +20,7 @@ from ..metrics import TIE_RULE, gold_ranking, mean_top3, retrieval_quality, top1
 from ..rag.providers import make_rag
 from ..reward import reward_settings
 from ..reward.formula import win
-from ..reward.judge import judge_sampled, make_judge
-from ..kb import tenant_kb
+from ..reward.judge import judge_sampled, make_tenant_judge
 from ..signals import judge_auc, load_judge_labels
 from . import stats
 
@@ -75,8 +74,7 @@ def _cost_per_1k(rewrites: list[dict], kind: str) -> tuple[float | None, str]:
 async def _score_all(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[str, list[dict]]) -> dict:
     settings = reward_settings(cfg)
     rag = make_rag(cfg, tenant)
-    docs = tenant_kb(tenant) if settings["judge"]["provider"] == "rule" else None
-    judge = make_judge(settings, tenant["language"], docs, settings["cache_dir"], tenant.get("judge_rubric"))
+    judge = make_tenant_judge(settings, tenant, settings["cache_dir"], rag)
     share = cfg["eval"]["judge_sample_share"]
     try:
         out = {}

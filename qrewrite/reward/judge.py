@@ -33,6 +33,7 @@ from ..retry import backoff_delay, retry_after_seconds
 from ..secret import from_env, redact
 from ..teacher.cache import DiskCache, call_key
 from ..entities import EntityLexicon, _sound
+from ..kb import tenant_kb
 from . import RULE_JUDGE_MODEL
 from ..rag.local import LocalRetriever
 from ..text import normalize, tokenize_parts
@@ -123,22 +124,25 @@ class RuleJudge:
     provider = "rule"
     model = RULE_JUDGE_MODEL
 
-    def __init__(self, language: str = "zh", docs: list | None = None, temperature: float = 1.0):
+    def __init__(self, language: str = "zh", docs: list | None = None, temperature: float = 1.0,
+                 retriever: LocalRetriever | None = None):
+        """``retriever``: the tenant's local retriever over ``docs``, to share its BM25 index (only its raw
+        BM25 scores are used, whatever its reranker score); built from ``docs`` when not given."""
         self.language = language
         self.lexicon = EntityLexicon.from_docs(docs) if docs else None
-        self.retriever = LocalRetriever(docs, language) if docs else None
+        self.retriever = (retriever or LocalRetriever(docs, language)) if docs else None
         self.temperature = temperature
         self.calls = 0
 
     # ---------------------------------------------------------------------------------- pieces
-    def _needed(self, query: str, profile: str, history: str) -> str | None:
+    def _needed(self, query: str, profile: str, history: str, asked: np.ndarray | None) -> str | None:
         """The entity the rewrite must name: the question's own, else the conversation's, unless what is
-        asked about is tenant-wide (returns, shipping: most of the aspect mass on entity-less docs)."""
+        asked about is tenant-wide (returns, shipping: most of the aspect mass on entity-less docs).
+        ``asked``: ``_doc_probs(query)``."""
         ms = self.lexicon.mentions(query)
         if ms:
             return ms[0].entity
-        asked = self._aspects(query, by_entity=True)
-        if asked is not None and asked.get(None, 0.0) > 0.5:
+        if asked is not None and self._group(asked, by_entity=True).get(None, 0.0) > 0.5:
             return None
         return self.lexicon.last_mentioned(history or "") or self.lexicon.last_mentioned(profile or "")
 
@@ -148,9 +152,8 @@ class RuleJudge:
             t = t[:m.start] + " " + t[m.end:]
         return t
 
-    def _aspects(self, text: str, by_entity: bool = False) -> dict | None:
-        """Distribution over KB aspects that ``text`` (entities removed) retrieves; None if nothing.
-        ``by_entity``: over entities instead (None = tenant-wide documents)."""
+    def _doc_probs(self, text: str) -> np.ndarray | None:
+        """Softmax over the KB of what ``text`` (entities removed) retrieves; None if it retrieves nothing."""
         words, bigrams = tokenize_parts(self._without_entities(text), self.language)
         weights = dict(Counter(words + bigrams))
         if not weights:
@@ -159,16 +162,19 @@ class RuleJudge:
         if not (scores > 0).any():
             return None
         e = np.exp((scores.astype(np.float64) - float(scores.max())) / self.temperature)
-        p = e / e.sum()
+        return e / e.sum()
+
+    def _group(self, p: np.ndarray, by_entity: bool = False) -> dict:
+        """``p`` summed per KB aspect, or per entity with ``by_entity`` (None = tenant-wide documents)."""
         out: Counter = Counter()
         for d, pi in zip(self.retriever.docs, p):
             key = self.lexicon.doc_entity.get(d.doc_id) if by_entity else self.lexicon.doc_aspect.get(d.doc_id, d.doc_id)
             out[key] += float(pi)
         return dict(out)
 
-    def _content_checks(self, query: str, profile: str, history: str, text: str) -> list[tuple[str, float]]:
+    def _content_checks(self, query: str, profile: str, history: str, text: str, needed: str | None,
+                        asked: np.ndarray | None) -> list[tuple[str, float]]:
         issues = []
-        needed = self._needed(query, profile, history)
         named = self.lexicon.mentions(text)
         names = {m.entity for m in named}
         said = normalize(f"{query} {profile} {history}")
@@ -189,10 +195,10 @@ class RuleJudge:
         extra = names - context - ({needed} if needed else set())
         if extra:
             issues.append((f"names {', '.join(sorted(extra))}, never mentioned", 1.5))
-        asked = self._aspects(query)
         if asked is not None:
-            got = self._aspects(text) or {}
-            overlap = sum(min(p, got.get(a, 0.0)) for a, p in asked.items())
+            got_p = self._doc_probs(text)
+            got = self._group(got_p) if got_p is not None else {}
+            overlap = sum(min(p, got.get(a, 0.0)) for a, p in self._group(asked).items())
             if overlap < 0.6:
                 issues.append((f"aspect kept {overlap:.0%}", round(3.0 * (0.6 - overlap) / 0.6, 4)))
         return issues
@@ -237,13 +243,14 @@ class RuleJudge:
         elif len(toks) != len(set(toks)):
             issues.append(("repeated terms", 1.0))
         if self.lexicon is not None:
-            needed = self._needed(query, profile, history)
+            asked = self._doc_probs(query)  # once: both the referent and the aspect checks read it
+            needed = self._needed(query, profile, history, asked)
             limit = len(normalize(query)) + (len(needed) if needed else 0) + 12
             if len(text) > 2.5 * limit:
                 issues.append((f"far too long ({len(text)} chars)", 2.5))
             elif len(text) > 1.5 * limit:
                 issues.append((f"too long ({len(text)} chars)", 1.5))
-            issues += self._content_checks(query, profile, history, raw)
+            issues += self._content_checks(query, profile, history, raw, needed, asked)
         score = max(1.0, 5.0 - sum(p for _, p in issues))
         reason = "; ".join(f"{what} (-{p:g})" for what, p in issues) or "ok"
         return Verdict(round(score, 4), reason)
@@ -473,14 +480,24 @@ class OpenAIJudge:
 
 
 def make_judge(settings: dict, language: str, docs: list | None = None, cache_dir: str | None = None,
-               rubric: str | None = None):
+               rubric: str | None = None, retriever: LocalRetriever | None = None):
     """The judge named by ``reward.judge.provider`` (``settings`` = ``reward_settings(cfg)``); ``docs``:
     the tenant's KB, which the rule judge reads its entities and aspects from; ``rubric``: the tenant's
-    judge_rubric (OpenAI judge only)."""
+    judge_rubric (OpenAI judge only); ``retriever``: a local retriever over ``docs`` to share (rule judge)."""
     jcfg = settings["judge"]
     if jcfg["provider"] == "rule":
-        return RuleJudge(language, docs)
+        return RuleJudge(language, docs, retriever=retriever)
     if jcfg["provider"] == "openai":
         cache = DiskCache(os.path.join(cache_dir or settings["cache_dir"], "judge"))
         return OpenAIJudge(jcfg["openai"], cache, rubric)
     raise QrewriteError(f"unknown reward.judge.provider {jcfg['provider']!r}", hint="use rule or openai")
+
+
+def make_tenant_judge(settings: dict, tenant: dict, cache_dir: str | None = None, rag=None):
+    """``make_judge`` for a tenant: the rule judge reads the tenant's KB, sharing ``rag``'s local retriever
+    (and its BM25 index) when ``rag`` is the local provider."""
+    retriever = getattr(rag, "retriever", None)
+    docs = None
+    if settings["judge"]["provider"] == "rule":
+        docs = retriever.docs if retriever is not None else tenant_kb(tenant)
+    return make_judge(settings, tenant.get("language", "zh"), docs, cache_dir, tenant.get("judge_rubric"), retriever)

@@ -30,13 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..io_utils import sha256_json
-from ..kb import tenant_kb
 from ..metrics import gold_ranking, tie_groups
 from ..rag.local import SCORE_VERSION
 from ..rag.providers import make_rag
 from ..teacher.cache import DiskCache
 from . import formula, reward_settings
-from .judge import Verdict, judge_sampled, make_judge
+from .judge import Verdict, judge_sampled, make_tenant_judge
 
 log = logging.getLogger(__name__)
 
@@ -164,10 +163,7 @@ class RewardScorer:
         cache_dir = Path(self.settings["cache_dir"])
         self.rag_disk = DiskCache(cache_dir / "rag")
         self._rag_mem: dict[str, list[dict]] = {}
-        if judge is None:
-            docs = tenant_kb(tenant) if self.settings["judge"]["provider"] == "rule" else None
-            judge = make_judge(self.settings, self.language, docs, str(cache_dir), tenant.get("judge_rubric"))
-        self.judge = judge
+        self.judge = judge if judge is not None else make_tenant_judge(self.settings, tenant, str(cache_dir), self.rag)
         self._verdicts: dict[tuple, asyncio.Task] = {}
         self._loop: _LoopThread | None = None
         self._lock = threading.Lock()
