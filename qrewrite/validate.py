@@ -8,7 +8,7 @@ from .entities import EntityLexicon
 from .kb import tenant_kb
 from .metrics import TIE_RULE, summarize_hits
 from .rag.cache import cached_http_rag
-from .rag.providers import LocalRag, local_retriever, make_rag
+from .rag.providers import LocalRag, make_rag
 from .signals import score_agreement
 from .tasks import gather_with_progress
 
@@ -34,6 +34,9 @@ async def run_validation(cfg: dict, tenant: dict, queries: list[dict], teacher_r
     try:
         out = await gather_with_progress((one(t) for t in ok), progress=progress,
                                          desc=f"validate[{tenant['name']}:{cfg['rag']['provider']}]")
+        calls = {"rag_calls": rag.calls, "rag_cache_hits": getattr(rag, "hits", 0)}  # validation's own, not the checks'
+        signals = await _signal_checks(rag, cfg, tenant, queries, ok, quality) \
+            if any(r["gold_doc_ids"] for r in out) else None
     finally:
         await rag.aclose()
     order = {t["id"]: i for i, t in enumerate(ok)}
@@ -43,11 +46,8 @@ async def run_validation(cfg: dict, tenant: dict, queries: list[dict], teacher_r
     def hit1(side):  # tie-aware (qrewrite.metrics.TIE_RULE)
         return round(sum(r[side]["hit_at_1"] for r in with_gold) / len(with_gold), 4) if with_gold else None
 
-    signals = await _signal_checks(cfg, tenant, queries, ok, quality) if with_gold else None
-
     stats = {"stage": "validate", "in": len(teacher_rows), "out": len(out),
-             "dropped": {"teacher_failed": len(teacher_rows) - len(ok)}, "rag_calls": rag.calls,
-             "rag_cache_hits": getattr(rag, "hits", 0),
+             "dropped": {"teacher_failed": len(teacher_rows) - len(ok)}, **calls,
              "hit_at_1": {"original": hit1("original_rag"), "rewrite": hit1("rewrite_rag"), "n": len(with_gold),
                           "tie_rule": TIE_RULE},
              "signals": signals,
@@ -55,18 +55,14 @@ async def run_validation(cfg: dict, tenant: dict, queries: list[dict], teacher_r
     return out, stats
 
 
-async def _signal_checks(cfg: dict, tenant: dict, queries: list[dict], teacher_ok: list[dict], quality: str) -> dict:
-    """Agreement of the configured retrieval score with gold (``qrewrite.signals``); with the local
-    provider, every local score is measured, so the seed's coverage score stays on record beside it."""
-    lexicon = EntityLexicon.from_docs(tenant_kb(tenant))
+async def _signal_checks(rag, cfg: dict, tenant: dict, queries: list[dict], teacher_ok: list[dict],
+                         quality: str) -> dict:
+    """Agreement of the configured retrieval score with gold (``qrewrite.signals``) through validation's own
+    ``rag``; with the local provider, every local score is measured, so the seed's coverage score stays on
+    record beside it."""
+    lexicon = EntityLexicon.from_docs(rag.retriever.docs if hasattr(rag, "retriever") else tenant_kb(tenant))
     teacher = {t["id"]: t["rewrite"] for t in teacher_ok}
-    rag = make_rag(cfg, tenant)
-    if cfg["rag"]["provider"] == "http":
-        rag = cached_http_rag(rag, cfg, tenant)
-    try:
-        active = await score_agreement(rag, queries, teacher, lexicon, quality)
-    finally:
-        await rag.aclose()
+    active = await score_agreement(rag, queries, teacher, lexicon, quality)
     out = {"score_agreement": {"provider": cfg["rag"]["provider"], **active}}
     if cfg["rag"]["provider"] == "local":
         active_score = cfg["rag"]["local"]["score"]
@@ -76,8 +72,7 @@ async def _signal_checks(cfg: dict, tenant: dict, queries: list[dict], teacher_o
             if score == active_score:
                 continue
             for q in ("top1", "seed"):
-                alt = {**cfg, "rag": {**cfg["rag"], "local": {**cfg["rag"]["local"], "score": score}}}
-                r = LocalRag(local_retriever(alt, tenant), top_k=cfg["rag"]["top_k"], score_threshold=0.0)
+                r = LocalRag(rag.retriever.with_score(score), top_k=cfg["rag"]["top_k"], score_threshold=0.0)
                 res = await score_agreement(r, queries, teacher, lexicon, q)
                 others[f"{score}/{q}"] = {k: res[k] for k in ("agreement", "pairs", "agreed")}
         out["score_agreement"]["alternatives"] = others

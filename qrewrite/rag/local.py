@@ -29,6 +29,7 @@ metrics (``qrewrite.metrics``) see whole tie groups.
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 from collections import Counter
@@ -45,6 +46,7 @@ from ..text import tokenize, tokenize_parts
 SCORES = ("relevance", "coverage")
 # Part of every cache key of local retrievals: bumped when a score's formula changes.
 SCORE_VERSION = 2
+QUESTION_MEMO = 4096  # questions whose coverage is kept (a GRPO batch has a few, an eval a few hundred)
 
 
 class LocalRetriever:
@@ -57,6 +59,7 @@ class LocalRetriever:
         self.k1 = k1
         self.score_kind = score
         self.temperature = float(temperature)
+        self._question_memo: dict[str, np.ndarray | None] = {}
         self.doc_tokens = [tokenize(d.text, language) for d in docs]
         self.bm25 = bm25s.BM25(k1=k1, b=b, method="lucene")
         self.bm25.index(self.doc_tokens, show_progress=False)
@@ -91,6 +94,14 @@ class LocalRetriever:
                 ref += w * self.idf(term) / (1 + self.k1)
         return scores, ref
 
+    def with_score(self, score: str) -> "LocalRetriever":
+        """This retriever with another reranker score, sharing its BM25 index."""
+        if score not in SCORES:
+            raise ValueError(f"unknown local score {score!r} ({' | '.join(SCORES)})")
+        other = copy.copy(self)
+        other.score_kind = score
+        return other
+
     @staticmethod
     def coverage(scores: np.ndarray, ref: float) -> np.ndarray:
         return np.minimum(1.0, scores / ref) if ref > 0 else np.zeros_like(scores)
@@ -124,6 +135,18 @@ class LocalRetriever:
             hits.append({"doc_id": d.doc_id, "content": d.content, "reranker_score": key[i][0], "bm25": key[i][1]})
         return hits
 
+    def _question_coverage(self, question: str) -> np.ndarray | None:
+        """coverage(question, every doc), or None for a question of stopwords alone ("为什么"), which leaves
+        the rewrite's own coverage. Memoised: RL retrieves many rollouts of one question (read-only array)."""
+        cov = self._question_memo.get(question, False)
+        if cov is False:
+            q_scores, q_ref = self.weighted_scores(*self._terms(question))
+            cov = self.coverage(q_scores, q_ref) if q_ref > 0 else None
+            if len(self._question_memo) >= QUESTION_MEMO:
+                self._question_memo.clear()
+            self._question_memo[question] = cov
+        return cov
+
     def _terms(self, text: str) -> tuple[dict[str, float], frozenset]:
         """Weighted terms of ``text`` and its matching-only CJK bigrams."""
         words, bigrams = tokenize_parts(text, self.language)
@@ -135,7 +158,5 @@ class LocalRetriever:
         weights, aids = self._terms(text)
         question_cov = None
         if question is not None and question != text and self.score_kind == "relevance":
-            q_scores, q_ref = self.weighted_scores(*self._terms(question))
-            if q_ref > 0:  # a question of stopwords alone ("为什么") leaves the rewrite's own coverage
-                question_cov = self.coverage(q_scores, q_ref)
+            question_cov = self._question_coverage(question)
         return self.search_terms(weights, top_k, score_threshold, aids=aids, question_cov=question_cov)
