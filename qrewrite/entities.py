@@ -160,8 +160,8 @@ class EntityLexicon:
         return exact_chars >= 2 and score >= MIN_WEIGHT and \
             (score >= MIN_COVERAGE * self._total[entity] or score >= STRONG_WEIGHT)
 
-    def mentions(self, text: str) -> list[Mention]:
-        """Entity mentions in ``text`` (normalised), left to right, non-overlapping, unambiguous."""
+    def _resolve(self, text: str) -> tuple[list[Mention], list[set[str]]]:
+        """(mentions, ambiguous groups) of ``text``: one pass serves ``mentions`` and ``ambiguous_spans``."""
         t = normalize(text)
         windows = [(*self._best_window(t, e), e) for e in self.entities]
         # Rivals need not pass the acceptance bar: "英语" is as much 大学英语四六级通关班 (too long to accept
@@ -170,31 +170,29 @@ class EntityLexicon:
         cands = [c for c in everyone if self._accept(c[0], c[1], self._exact(t[c[2]:c[3]], c[1]))]
         cands.sort(key=lambda c: (-c[0], -len(c[1]), c[2]))
         out: list[Mention] = []
+        groups: list[set[str]] = []
         taken: list[tuple[int, int, float]] = []
         for score, e, s, end in cands:
-            overlap = [x for x in taken if s < x[1] and x[0] < end]
-            if overlap:
-                continue
-            rivals = [c[0] for c in everyone if c[1] != e and c[2] < end and s < c[3]]
-            if rivals and score - max(rivals) < AMBIGUITY_MARGIN:
-                # Equally good for two entities ("英语" in two course names): resolves to neither.
-                taken.append((s, end, score))
+            if any(s < x[1] and x[0] < end for x in taken):
                 continue
             taken.append((s, end, score))
+            rivals = [c for c in everyone if c[1] != e and c[2] < end and s < c[3]]
+            if rivals and score - max(c[0] for c in rivals) < AMBIGUITY_MARGIN:
+                # Equally good for two entities ("英语" in two course names): resolves to neither.
+                tied = {e} | {c[1] for c in rivals if abs(c[0] - score) < AMBIGUITY_MARGIN}
+                if tied not in groups:
+                    groups.append(tied)
+                continue
             out.append(Mention(e, s, end, round(score, 4), t[s:end] == self._norm[e]))
-        return sorted(out, key=lambda m: m.start)
+        return sorted(out, key=lambda m: m.start), groups
+
+    def mentions(self, text: str) -> list[Mention]:
+        """Entity mentions in ``text`` (normalised), left to right, non-overlapping, unambiguous."""
+        return self._resolve(text)[0]
 
     def ambiguous_spans(self, text: str) -> list[set[str]]:
-        """Windows where several entities tie: the candidates, for disambiguation by context."""
-        t = normalize(text)
-        cands = [(self._best_window(t, e), e) for e in self.entities]
-        cands = [((sc, s, end), e) for (sc, s, end), e in cands if self._accept(sc, e, self._exact(t[s:end], e))]
-        groups = []
-        for (sc, s, end), e in cands:
-            tied = {e2 for (sc2, s2, end2), e2 in cands if s2 < end and s < end2 and abs(sc2 - sc) < AMBIGUITY_MARGIN}
-            if len(tied) > 1 and tied not in groups:
-                groups.append(tied)
-        return groups
+        """Windows that match several entities equally well: the candidates, for disambiguation by context."""
+        return self._resolve(text)[1]
 
     def last_mentioned(self, text: str) -> str | None:
         """The entity named last in ``text`` ("对比了A和B，最后选了B" → B), or None."""

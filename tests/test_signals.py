@@ -162,6 +162,9 @@ def test_entity_lexicon_reads_entities_off_kb_titles_and_finds_loose_mentions():
                          ("用户刚下单了行测", "公务员行测系统班"), ("少儿编城是直播还是录播", "少儿编程Python启蒙课")):
         assert [m.entity for m in lex.mentions(text)] == [entity], text
     assert lex.mentions("英语怎么学") == []                     # two English courses: ambiguous, no guess
+    assert lex.ambiguous_spans("英语怎么学") == [{"考研英语全程班", "大学英语四六级通关班"}]
+    # ... which the conversation settles: the teacher writes the one the profile names over "英语"
+    assert ResolveTeacher(lex).rewrite("英语老师有多少年经验", "已报名考研英语全程班", "") == "考研英语全程班老师有多少年经验"
     assert lex.mentions("资料会寄过来吗") == []                  # one character and a homophone: chance
     assert lex.last_mentioned("用户对比了小学奥数思维课和申论写作精品班，最后选了小学奥数思维课") == "小学奥数思维课"
 
