@@ -80,13 +80,26 @@ class Project:
     def set_config(self, cfg: dict) -> None:
         self.config_path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
 
+    @staticmethod
+    def _merge(target: dict, changes: dict) -> None:
+        """Mappings are merged one level deep, anything else replaced."""
+        for key, value in changes.items():
+            if isinstance(value, dict) and isinstance(target.get(key), dict):
+                target[key] = {**target[key], **value}
+            else:
+                target[key] = value
+
     def update(self, **sections) -> None:
         cfg = self.config
-        for key, value in sections.items():
-            if isinstance(value, dict) and isinstance(cfg.get(key), dict):
-                cfg[key] = {**cfg[key], **value}
-            else:
-                cfg[key] = value
+        self._merge(cfg, sections)
+        self.set_config(cfg)
+
+    def update_tenant(self, name: str | None, **changes) -> None:
+        """Change tenant `name`'s entry (every tenant's with None) as `update` changes sections."""
+        cfg = self.config
+        for t in cfg["tenants"]:
+            if name is None or t["name"] == name:
+                self._merge(t, changes)
         self.set_config(cfg)
 
     def keep_queries(self, tenant: str, n: int) -> None:

@@ -40,10 +40,7 @@ STAGE_OUTPUTS = {
 def project(project):
     """The demo tenants' config without the difficulty column: the workbooks here are written by hand with the
     four columns above (a configured column missing from a workbook is an error)."""
-    cfg = project.config
-    for t in cfg["tenants"]:
-        t["columns"]["difficulty"] = None
-    project.set_config(cfg)
+    project.update_tenant(None, columns={"difficulty": None})
     return project
 
 

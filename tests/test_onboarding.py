@@ -64,17 +64,6 @@ def own_tenant(project, n: int = 40, columns: dict | None = COLUMNS, kb_fields: 
     return tenant
 
 
-def set_tenant(project, name: str, **changes) -> None:
-    cfg = project.config
-    t = next(t for t in cfg["tenants"] if t["name"] == name)
-    for key, value in changes.items():
-        if isinstance(value, dict) and isinstance(t.get(key), dict):
-            t[key] = {**t[key], **value}
-        else:
-            t[key] = value
-    project.set_config(cfg)
-
-
 def snakemake(project, *args: str, configfile: Path | None = None, timeout: float = 900):
     exe = Path(sys.executable).parent / "snakemake"
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
@@ -181,7 +170,7 @@ def test_optional_columns_may_be_absent_only_when_configured_null(project):
     own_tenant(project, columns={**COLUMNS, "profile": "画像"})
     proc = ingest(project)
     assert proc.returncode == 2 and "missing column '画像' (profile)" in proc.stderr
-    set_tenant(project, OWN, columns={"profile": None, "history": None, "gold": None, "difficulty": None})
+    project.update_tenant(OWN, columns={"profile": None, "history": None, "gold": None, "difficulty": None})
     assert ingest(project).returncode == 0
     rows = project.read_jsonl(tenant_paths(OWN)["queries"])
     stats = json.loads((project.root / tenant_paths(OWN)["stats_ingest"]).read_text())
