@@ -303,3 +303,15 @@ def test_model_candidate_generates_with_transformers_in_the_swift_env(data, tmp_
     assert all(1 <= r["usage"]["completion_tokens"] <= 12 for r in rows)
     assert rows[0]["generation"]["device"] == "cpu" and rows[0]["generation"]["batch_size"] == 1
     assert "<|im_end|>" not in "".join(r["rewrite"] for r in rows)
+
+    # Batched: the 3 queries in batches of 2 share their batch's time (cost); only the first one, generated
+    # again alone, carries a single-request latency.
+    cfg = cfg_with_eval(data, "c_gen_batched.yaml", candidates=[{"name": "base", "kind": "model", "path": str(base)}],
+                        baseline="base", compare=[], headline=["base"], max_rows=3, gpu_hour_usd=3.6,
+                        generation={"max_new_tokens": 12, "batch_size": 2, "latency_sample": 1})
+    _, out = rewrites(data, cfg, "base", "--model", str(base), "--threads", "2")
+    batched = data.read_jsonl(out)
+    assert [r["query_id"] for r in batched] == [r["query_id"] for r in rows]
+    assert batched[0]["latency_s"] > 0 and batched[1]["latency_s"] is None and batched[2]["latency_s"] is None
+    assert batched[0]["compute_s"] == batched[1]["compute_s"] != batched[2]["compute_s"]
+    assert batched[0]["generation"]["batch_size"] == 2 and batched[0]["generation"]["latency_sample"] == 1

@@ -74,3 +74,29 @@ def test_resume_flag_only_when_a_checkpoint_is_given(build, hp):
     assert "--resume_from_checkpoint" not in build(hp())
     argv = build(hp(resume_from_checkpoint="/o/checkpoint-8"))
     assert _opt(argv, "--resume_from_checkpoint") == "/o/checkpoint-8"
+
+
+@pytest.mark.parametrize("build,hp", [(sc.sft_cmd, _sft_hp), (sc.grpo_cmd, _grpo_hp)])
+def test_lora_on_the_top_layers_only(build, hp):
+    import re
+
+    argv = build(hp(lora_layers=2, num_layers=24, gradient_checkpointing=False))
+    assert "--target_modules" not in argv and _opt(argv, "--gradient_checkpointing") == "false"
+    rx = _opt(argv, "--target_regex")
+    names = [f"model.layers.{i}.{m}" for i in range(24)
+             for m in ("self_attn.q_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.down_proj")]
+    hit = {n.split(".")[2] for n in names if re.fullmatch(rx, n)}
+    assert hit == {"22", "23"} and not re.fullmatch(rx, "lm_head") and not re.fullmatch(rx, "model.layers.2.mlp")
+    every = build(hp())
+    assert _opt(every, "--target_modules") == "all-linear" and _opt(every, "--gradient_checkpointing") == "true"
+    with pytest.raises(QrewriteError, match="num_layers"):
+        build(hp(lora_layers=2))
+    with pytest.raises(QrewriteError, match="between 1 and"):
+        build(hp(lora_layers=25, num_layers=24))
+
+
+def test_model_num_layers_reads_config_json(tmp_path):
+    (tmp_path / "config.json").write_text('{"num_hidden_layers": 30}')
+    assert sc.model_num_layers(tmp_path) == 30
+    with pytest.raises(QrewriteError, match="num_hidden_layers"):
+        sc.model_num_layers(tmp_path / "missing")

@@ -139,7 +139,7 @@ def model_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], model_
     device = gen["device"] or cfg["train"]["device"]
     results, info = generate_rewrites(model_dir, tenant, rows, batch_size=gen["batch_size"],
                                       max_new_tokens=gen["max_new_tokens"], threads=threads or gen["threads"],
-                                      device=device)
+                                      device=device, latency_sample=gen["latency_sample"])
     price = spec.get("gpu_hour_usd", cfg["eval"]["gpu_hour_usd"])
     out = []
     for r, g in zip(rows, results):

@@ -4,10 +4,11 @@ The prompt is exactly what SFT trained on: `qrewrite.prompts.rewrite_messages` r
 tokenizer's chat template plus the generation prompt. The completion is cleaned with the RL reward's
 `clean_rollout` (drops end-of-turn and other template tokens), so eval scores what RL optimised.
 
-Latency is the wall time of the `generate` call a query was in: with `batch_size: 1` (the default) it is
-the single-request latency a rewriting service would see; with larger batches every query of a batch
-waits for the whole batch. `compute_s` is the query's share of the batch time and is what local cost is
-charged on. The model load and one warm-up generation are not timed (a server pays them once).
+Rewrites are generated in batches (`batch_size`), which on a CPU costs a fraction of one query at a time.
+`compute_s` is a query's share of its batch's wall time and is what local cost is charged on. Latency is
+what one request alone would wait: the first `latency_sample` queries are generated again at batch 1 and
+timed, and only they carry a `latency_s` (with `batch_size: 1` every query is timed alone anyway). The
+model load and one warm-up generation are not timed (a server pays them once).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ log = logging.getLogger(__name__)
 
 
 def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_size: int, max_new_tokens: int,
-                      threads: int | None, device: str) -> tuple[list[dict], dict]:
+                      threads: int | None, device: str, latency_sample: int = 0) -> tuple[list[dict], dict]:
     """([{query_id, rewrite, raw_completion, latency_s, compute_s, new_tokens}], info) for `rows`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -60,25 +61,33 @@ def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_s
                                  temperature=None, top_p=None, top_k=None)
         return out[:, enc["input_ids"].shape[1]:]
 
+    def timed(batch: list[dict]):
+        start = time.perf_counter()
+        new = run(batch)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return new, time.perf_counter() - start
+
     if rows:
         run(rows[:1])  # warm-up, untimed
     results = []
     for i in range(0, len(rows), batch_size):
         batch = rows[i:i + batch_size]
-        start = time.perf_counter()
-        new = run(batch)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        wall = time.perf_counter() - start
+        new, wall = timed(batch)
         for row, ids in zip(batch, new):
             raw = tok.decode(ids, skip_special_tokens=False)
             n_new = int((ids != tok.pad_token_id).sum())
             # a multi-byte character cut by max_new_tokens decodes to U+FFFD: residue, not text
             results.append({"query_id": row["query_id"], "rewrite": clean_rollout(raw).rstrip("\ufffd").strip(),
                             "raw_completion": raw,
-                            "latency_s": round(wall, 6), "compute_s": round(wall / len(batch), 6),
-                            "new_tokens": n_new})
+                            "latency_s": round(wall, 6) if batch_size == 1 else None,
+                            "compute_s": round(wall / len(batch), 6), "new_tokens": n_new})
         log.info("generated %d/%d", len(results), len(rows))
+    if batch_size > 1:
+        for res, row in zip(results, rows[:latency_sample]):
+            res["latency_s"] = round(timed([row])[1], 6)
+        log.info("single-request latency timed on %d queries", min(latency_sample, len(rows)))
     info = {"device": device, "threads": torch.get_num_threads(), "batch_size": batch_size,
+            "latency_sample": len(rows) if batch_size == 1 else min(latency_sample, len(rows)),
             "max_new_tokens": max_new_tokens, "dtype": str(model.dtype), "torch": torch.__version__}
     return results, info

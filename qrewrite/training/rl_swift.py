@@ -27,7 +27,8 @@ def run_swift_grpo(cfg: dict, *, config_path: str, model: str, train_jsonl: str,
     hp = grpo_hparams(cfg)
     shutil.rmtree(tb_dir, ignore_errors=True)
     cmd = {**hp, "model": model, "train_file": train_jsonl, "output_dir": run_dir, "logging_dir": tb_dir,
-           "plugin": str(PLUGIN), "reward_funcs": [REWARD_FUNC]}
+           "plugin": str(PLUGIN), "reward_funcs": [REWARD_FUNC],
+           "num_layers": sc.model_num_layers(model) if hp.get("lora_layers") else None}
     argv = sc.grpo_cmd(cmd)
     # the config file carries the reward's settings, so it is an input of the run like the data
     fp = resume.fingerprint(argv, [model, train_jsonl, config_path, PLUGIN])

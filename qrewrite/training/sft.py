@@ -39,7 +39,8 @@ def run_sft(cfg: dict, *, base: str, train: str, val: str, out: str, run_dir: st
     to `out` (atomically). Returns stats."""
     hp = sft_hparams(cfg)
     shutil.rmtree(tb_dir, ignore_errors=True)  # a Snakemake output: it deletes it before a rerun anyway
-    cmd = {**hp, "model": base, "train_file": train, "val_file": val, "output_dir": run_dir, "logging_dir": tb_dir}
+    cmd = {**hp, "model": base, "train_file": train, "val_file": val, "output_dir": run_dir, "logging_dir": tb_dir,
+           "num_layers": sc.model_num_layers(base) if hp.get("lora_layers") else None}
     argv = sc.sft_cmd(cmd)
     # a different command or input wipes run_dir; the same one, killed, resumes from its last complete checkpoint
     ck = (resume.last_complete_hf_checkpoint(run_dir)

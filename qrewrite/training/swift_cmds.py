@@ -45,6 +45,9 @@ SFT_DEFAULTS: dict[str, Any] = {
     "lora_alpha": 32,
     "lora_dropout": 0.05,
     "target_modules": "all-linear",
+    "lora_layers": None,          # LoRA on the top N decoder layers only; needs num_layers (see lora_target_regex)
+    "num_layers": None,
+    "gradient_checkpointing": True,
     "learning_rate": 1e-4,
     "num_train_epochs": 3,
     "max_steps": None,            # overrides epochs when set (> 0)
@@ -73,6 +76,9 @@ GRPO_DEFAULTS: dict[str, Any] = {
     "lora_alpha": 32,
     "lora_dropout": 0.05,
     "target_modules": "all-linear",
+    "lora_layers": None,
+    "num_layers": None,
+    "gradient_checkpointing": True,
     "learning_rate": 1e-5,
     "num_train_epochs": 1,
     "max_steps": None,
@@ -121,12 +127,48 @@ def _dtype_args(cfg: Mapping[str, Any]) -> list[str]:
     return ["--torch_dtype", "float32"]
 
 
+# The linear layers of a Llama/Qwen2 decoder block, as named under `model.layers.N.`.
+_BLOCK_LINEARS = r"(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)"
+
+
+def lora_target_regex(top_layers: int, num_layers: int) -> str:
+    """peft target regex for the linear layers of the top ``top_layers`` of ``num_layers`` decoder blocks.
+
+    Why: with no trainable weight and no gradient checkpointing below block ``num_layers - top_layers``,
+    autograd stops there, so a step's backward pass costs ``top_layers / num_layers`` of the full one
+    (measured on Qwen2.5-0.5B, 2 CPU cores, batch 4: 9 s/step for the top 12 of 24 blocks, 13 s for all).
+    """
+    if not 1 <= top_layers <= num_layers:
+        raise QrewriteError(f"lora_layers must be between 1 and the model's {num_layers} layers, got {top_layers}")
+    first = num_layers - top_layers
+    layers = "|".join(str(i) for i in range(first, num_layers))
+    return rf"^model\.layers\.({layers})\.{_BLOCK_LINEARS}$"
+
+
+def model_num_layers(model_dir: str | os.PathLike) -> int:
+    """``num_hidden_layers`` of a Hugging Face model folder (what ``lora_layers`` counts down from)."""
+    path = Path(model_dir) / "config.json"
+    try:
+        return int(json.loads(path.read_text(encoding="utf-8"))["num_hidden_layers"])
+    except (OSError, ValueError, KeyError) as exc:
+        raise QrewriteError(f"cannot read num_hidden_layers: {exc}", file=str(path),
+                            hint="lora_layers needs a Hugging Face model folder with a config.json") from None
+
+
 def _lora_args(cfg: Mapping[str, Any]) -> list[str]:
-    return ["--tuner_type", "lora",
+    argv = ["--tuner_type", "lora",
             "--lora_rank", str(cfg["lora_rank"]),
             "--lora_alpha", str(cfg["lora_alpha"]),
-            "--lora_dropout", str(cfg["lora_dropout"]),
-            "--target_modules", *_list(cfg["target_modules"])]
+            "--lora_dropout", str(cfg["lora_dropout"])]
+    if cfg.get("lora_layers"):
+        if not cfg.get("num_layers"):
+            raise QrewriteError("lora_layers needs the model's num_layers (config.json num_hidden_layers)")
+        argv += ["--target_regex", lora_target_regex(int(cfg["lora_layers"]), int(cfg["num_layers"]))]
+    else:
+        argv += ["--target_modules", *_list(cfg["target_modules"])]
+    # Checkpointing trades compute for memory; off, and with LoRA on top layers only, the backward pass
+    # also stops early (peft makes the input embeddings require grad only when it is on).
+    return argv + ["--gradient_checkpointing", _b(cfg["gradient_checkpointing"])]
 
 
 def _schedule_args(cfg: Mapping[str, Any]) -> list[str]:
