@@ -12,11 +12,16 @@ tenants with a demo_source and DVC templating cannot filter; and per-tenant para
 index (`tenants.1.thresholds`), which a list foreach does not expose. The cost is regenerating after a
 tenant is added: `qrewrite dvc-yaml --check` (run by the tests) fails on a dvc.yaml that has drifted from
 config.yaml or paths.py.
+
+Every stage also depends on its code: the qrewrite files its subcommand runs (`qrewrite.code_deps`: the
+static import closure of the subcommand's handler and of `qrewrite.cli.main`), so `dvc repro` reruns a
+stage, and what is downstream of it, when its code changes. The paths are relative to dvc.yaml's folder.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 from pathlib import Path
 
 import yaml
@@ -38,6 +43,8 @@ HEADER = """\
 # rules in rules/{{data,train,eval}}.smk (`dvc repro` ~ `snakemake`; tests/test_dvc.py compares them job by
 # job). Stages read {config} directly (Snakemake passes its resolved config) and do not redirect output to
 # logs/ (DVC prints it). Stages are named <rule>@<tenant> (eval candidates: <rule>@<tenant>-<candidate>).
+# Each stage's deps end with its code: the qrewrite/ files its command runs (the static import closure of its
+# handler, qrewrite/code_deps.py), so editing a stage's code reruns it and everything downstream.
 #
 # params: config sections are tracked whole (every nested value). Tenant settings are addressed by list
 # index, e.g. `tenants.1.thresholds`, so editing one tenant reruns only that tenant. A key absent from
@@ -47,6 +54,40 @@ HEADER = """\
 # changes the keys and so reruns the moved tenants, which is safe. summary.json and eval.json are metrics,
 # plots.json a plot (`dvc metrics show`, `dvc plots show`), none of them cached.
 """
+
+
+def _handlers() -> dict[str, tuple[str, str]]:
+    """Subcommand name → (module, function) of its handler, as the `qrewrite` parser dispatches it."""
+    import argparse
+
+    from .cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return {name: (p.get_default("func").__module__, p.get_default("func").__name__)
+            for name, p in sub.choices.items() if p.get_default("func") is not None}
+
+
+def _path_loaded() -> dict[str, tuple[str, ...]]:
+    """Subcommand → modules it hands to another program by path (no import to follow): the reward plugins."""
+    from .code_deps import module_name
+    from .training.rl_swift import PLUGIN
+    from .training.rl_verl import REWARD_FILE
+
+    return {"rl": (module_name(PLUGIN), module_name(REWARD_FILE))}
+
+
+def add_code_deps(stages: dict, base: Path) -> None:
+    """Append each stage's code files (relative to `base`, dvc.yaml's folder) to its deps, in place."""
+    from .code_deps import closure
+
+    handlers, extra = _handlers(), _path_loaded()
+    for name, stage in stages.items():
+        do = stage.get("do", stage)
+        prog, command = do["cmd"].split()[:2]
+        if prog != "qrewrite" or command not in handlers:
+            raise QrewriteError(f"dvc stage {name}: no qrewrite subcommand in {do['cmd']!r} to take code deps from")
+        files = closure([("qrewrite.cli", "main"), handlers[command]], extra.get(command, ()))
+        do["deps"] = [*do.get("deps", []), *(Path(os.path.relpath(f, base)).as_posix() for f in files)]
 
 
 def _param_key(raw_tenants: list[dict], name: str, key: str | None) -> str:
@@ -247,10 +288,12 @@ class _NoAliases(yaml.SafeDumper):
         return True
 
 
-def render(config_path: str = "config.yaml") -> str:
-    """dvc.yaml text for the config at `config_path` (a path relative to the repo root, as DVC sees it)."""
+def render(config_path: str = "config.yaml", out: str | Path = DVC_YAML) -> str:
+    """dvc.yaml text for the config at `config_path` (a path relative to the repo root, as DVC sees it), to be
+    written at `out` (code deps are relative to its folder)."""
     raw = yaml.safe_load(Path(config_path).read_text(encoding="utf-8")) or {}
     doc = build_stages(load_config(config_path), raw.get("tenants") or [], config_path, raw)
+    add_code_deps(doc["stages"], Path(out).resolve().parent)
     body = yaml.dump(doc, Dumper=_NoAliases, allow_unicode=True, sort_keys=False, width=10**6,
                      default_flow_style=False)
     return HEADER.format(config=config_path) + "\n" + body
@@ -260,7 +303,7 @@ def write(out: str | Path = DVC_YAML, config_path: str = "config.yaml") -> bool:
     """Write dvc.yaml; return True if its content changed."""
     from .io_utils import write_text_atomic
 
-    text = render(config_path)
+    text = render(config_path, out)
     out = Path(out)
     if out.exists() and out.read_text(encoding="utf-8") == text:
         return False
@@ -270,7 +313,7 @@ def write(out: str | Path = DVC_YAML, config_path: str = "config.yaml") -> bool:
 
 def check(out: str | Path = DVC_YAML, config_path: str = "config.yaml") -> str | None:
     """None if `out` matches what would be generated, else a unified diff (committed → generated)."""
-    text = render(config_path)
+    text = render(config_path, out)
     out = Path(out)
     current = out.read_text(encoding="utf-8") if out.exists() else ""
     if current == text:

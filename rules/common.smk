@@ -7,7 +7,9 @@ from snakemake.utils import validate
 
 from qrewrite.config import SCHEMA_PATH, selected_tenants, validate_config
 from qrewrite.io_utils import write_text_atomic
-from qrewrite.paths import BASE_MODEL, STAGES, tenant_paths
+from qrewrite.eval.candidates import model_path
+from qrewrite.eval.cli import check_eval_config
+from qrewrite.paths import BASE_MODEL, REPORT_HTML, STAGES, eval_paths, tenant_paths
 
 validate(config, str(SCHEMA_PATH))  # fills defaults in place; fails early on a bad config
 validate_config(config, source="snakemake config")  # cross-field checks (unique tenants, split sums)
@@ -31,6 +33,8 @@ if workflow.overwrite_configfiles and Path("config.yaml").exists():
 
 # Apptainer image per environment (`--sdm apptainer`); built from containers/*.def.
 CONTAINERS = config["containers"]
+# The same environments for `--sdm conda`, by container name (paths relative to rules/, as Snakemake reads them).
+CONDA_ENVS = {"cpu": "../envs/data.yaml", "swift": "../envs/swift.yaml", "verl": "../envs/verl.yaml"}
 
 # Every command reads exactly the config Snakemake resolved (config.yaml + --configfile + --config), less
 # the run-time selection `only`. Written when the run starts (onstart: never on a dry run, `-n`), and only
@@ -48,6 +52,11 @@ onstart:
 # Appended to a rule's shell command that sends its output to {log}: when the command fails, the log's
 # tail (the stage's own error message and hint) is printed on the console too, under Snakemake's error.
 SHOW_LOG_ON_ERROR = " || {{ rc=$?; echo '--- tail of {log}:' >&2; tail -n 40 {log} >&2; exit $rc; }}"
+
+
+def logged(cmd, launch=""):
+    """Shell command `cmd` (which sends its output to {log}), run through `launch`, with SHOW_LOG_ON_ERROR."""
+    return f"{launch}{cmd}{SHOW_LOG_ON_ERROR}"
 
 
 wildcard_constraints:
@@ -82,11 +91,31 @@ def model_targets():
 
 def eval_targets():
     """Per-tenant eval outputs and the HTML report (rules/eval.smk)."""
-    from qrewrite.paths import REPORT_HTML, eval_paths
-
     per_tenant = [eval_paths(t)[k] for t in SELECTED for k in ("eval_json", "examples", "plots")]
     return per_tenant + ([REPORT_HTML] if len(SELECTED) == len(TENANTS) else [])  # the report covers every tenant
 
 
 def all_targets():
     return data_targets() + model_targets() + eval_targets()
+
+
+# --- eval (rules/eval.smk): candidates are config entries (eval.candidates) ------------------------------
+
+check_eval_config(config)
+EVAL = config["eval"]
+CANDIDATES = {c["name"]: c for c in EVAL["candidates"]}
+MODEL_CANDIDATES = [n for n, c in CANDIDATES.items() if c["kind"] == "model"]
+OTHER_CANDIDATES = [n for n, c in CANDIDATES.items() if c["kind"] != "model"]
+
+
+def E(key):
+    """Eval artifact path pattern for `key`, with the {tenant} wildcard (layout in qrewrite/paths.py)."""
+    return eval_paths("{tenant}")[key]
+
+
+def eval_model(wc):
+    return model_path(CANDIDATES[wc.candidate], TENANTS[wc.tenant])
+
+
+def eval_rewrites_of(wc):
+    return [eval_paths(wc.tenant)["rewrites"].format(candidate=c) for c in CANDIDATES]

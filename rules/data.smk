@@ -11,6 +11,7 @@ rule build_excel:
     output:
         "data/raw/{tenant}.xlsx",
     params:
+        config=RESOLVED_CONFIG,
         columns=lambda wc: TENANTS[wc.tenant]["columns"],
     log:
         "logs/{tenant}/build_excel.log",
@@ -21,8 +22,10 @@ rule build_excel:
         runtime=5,
     container:
         CONTAINERS["cpu"]
+    conda:
+        CONDA_ENVS["cpu"]
     shell:
-        "qrewrite build-excel --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --out {output} 2> {log}" + SHOW_LOG_ON_ERROR
+        logged("qrewrite build-excel --config {params.config} --tenant {wildcards.tenant} --out {output} 2> {log}")
 
 
 rule ingest:
@@ -33,6 +36,7 @@ rule ingest:
         queries=T("queries"),
         stats=T("stats_ingest"),
     params:
+        config=RESOLVED_CONFIG,
         tenant=tenant_cfg,
     log:
         "logs/{tenant}/ingest.log",
@@ -43,9 +47,11 @@ rule ingest:
         runtime=10,
     container:
         CONTAINERS["cpu"]
+    conda:
+        CONDA_ENVS["cpu"]
     shell:
-        "qrewrite ingest --config {RESOLVED_CONFIG} --tenant {wildcards.tenant}"
-        " --out {output.queries} --stats {output.stats} 2> {log}" + SHOW_LOG_ON_ERROR
+        logged("qrewrite ingest --config {params.config} --tenant {wildcards.tenant}"
+               " --out {output.queries} --stats {output.stats} 2> {log}")
 
 
 rule teacher:
@@ -56,6 +62,7 @@ rule teacher:
         teacher=T("teacher"),
         stats=T("stats_teacher"),
     params:
+        config=RESOLVED_CONFIG,
         teacher=config["teacher"],
         system_prompt=lambda wc: TENANTS[wc.tenant]["system_prompt"],
     log:
@@ -67,9 +74,11 @@ rule teacher:
         runtime=120,
     container:
         CONTAINERS["cpu"]
+    conda:
+        CONDA_ENVS["cpu"]
     shell:
-        "qrewrite teach --config {RESOLVED_CONFIG} --tenant {wildcards.tenant}"
-        " --queries {input.queries} --out {output.teacher} --stats {output.stats} 2> {log}" + SHOW_LOG_ON_ERROR
+        logged("qrewrite teach --config {params.config} --tenant {wildcards.tenant}"
+               " --queries {input.queries} --out {output.teacher} --stats {output.stats} 2> {log}")
 
 
 rule validate:
@@ -81,6 +90,7 @@ rule validate:
         validated=T("validated"),
         stats=T("stats_validate"),
     params:
+        config=RESOLVED_CONFIG,
         rag=config["rag"],
     log:
         "logs/{tenant}/validate.log",
@@ -91,9 +101,11 @@ rule validate:
         runtime=60,
     container:
         CONTAINERS["cpu"]
+    conda:
+        CONDA_ENVS["cpu"]
     shell:
-        "qrewrite validate --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --queries {input.queries}"
-        " --teacher {input.teacher} --out {output.validated} --stats {output.stats} 2> {log}" + SHOW_LOG_ON_ERROR
+        logged("qrewrite validate --config {params.config} --tenant {wildcards.tenant} --queries {input.queries}"
+               " --teacher {input.teacher} --out {output.validated} --stats {output.stats} 2> {log}")
 
 
 rule split:
@@ -107,6 +119,7 @@ rule split:
         test=T("test"),
         stats=T("stats_split"),
     params:
+        config=RESOLVED_CONFIG,
         thresholds=lambda wc: TENANTS[wc.tenant]["thresholds"],
         split=config["split"],
         out_dir=lambda wc: tenant_paths(wc.tenant)["sft_dir"],
@@ -119,10 +132,12 @@ rule split:
         runtime=10,
     container:
         CONTAINERS["cpu"]
+    conda:
+        CONDA_ENVS["cpu"]
     shell:
-        "qrewrite split --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --queries {input.queries}"
-        " --teacher {input.teacher} --validated {input.validated} --out-dir {params.out_dir}"
-        " --stats {output.stats} 2> {log}" + SHOW_LOG_ON_ERROR
+        logged("qrewrite split --config {params.config} --tenant {wildcards.tenant} --queries {input.queries}"
+               " --teacher {input.teacher} --validated {input.validated} --out-dir {params.out_dir}"
+               " --stats {output.stats} 2> {log}")
 
 
 rule summarize:
@@ -139,5 +154,7 @@ rule summarize:
         runtime=5,
     container:
         CONTAINERS["cpu"]
+    conda:
+        CONDA_ENVS["cpu"]
     shell:
-        "qrewrite summarize --tenant {wildcards.tenant} --stats {input.stats} --out {output} 2> {log}" + SHOW_LOG_ON_ERROR
+        logged("qrewrite summarize --tenant {wildcards.tenant} --stats {input.stats} --out {output} 2> {log}")

@@ -2,30 +2,6 @@
 # Candidates are config entries (eval.candidates): kind model runs in the swift env/container (transformers),
 # the others (raw, teacher, openai API) in the cpu one. `snakemake --report` includes the eval outputs.
 
-from qrewrite.eval.candidates import model_path
-from qrewrite.eval.cli import check_eval_config
-from qrewrite.paths import REPORT_HTML, eval_paths
-
-check_eval_config(config)
-EVAL = config["eval"]
-CANDIDATES = {c["name"]: c for c in EVAL["candidates"]}
-MODEL_CANDIDATES = [n for n, c in CANDIDATES.items() if c["kind"] == "model"]
-OTHER_CANDIDATES = [n for n, c in CANDIDATES.items() if c["kind"] != "model"]
-
-
-def E(key):
-    """Eval artifact path pattern for `key`, with the {tenant} wildcard (layout in qrewrite/paths.py)."""
-    return eval_paths("{tenant}")[key]
-
-
-def eval_model(wc):
-    return model_path(CANDIDATES[wc.candidate], TENANTS[wc.tenant])
-
-
-def eval_rewrites_of(wc):
-    return [eval_paths(wc.tenant)["rewrites"].format(candidate=c) for c in CANDIDATES]
-
-
 if MODEL_CANDIDATES:
 
     rule eval_generate:
@@ -39,6 +15,7 @@ if MODEL_CANDIDATES:
         wildcard_constraints:
             candidate="|".join(MODEL_CANDIDATES),
         params:
+            config=RESOLVED_CONFIG,
             candidate=lambda wc: CANDIDATES[wc.candidate],
             generation=EVAL["generation"],
             max_rows=EVAL["max_rows"],
@@ -53,10 +30,12 @@ if MODEL_CANDIDATES:
             runtime=120,
         container:
             CONTAINERS["swift"]
+        conda:
+            CONDA_ENVS["swift"]
         shell:
-            "qrewrite eval-rewrites --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --candidate {wildcards.candidate}"
-            " --test {input.test} --queries {input.queries} --model {input.model} --threads {threads}"
-            " --out {output} 2> {log}" + SHOW_LOG_ON_ERROR
+            logged("qrewrite eval-rewrites --config {params.config} --tenant {wildcards.tenant} --candidate {wildcards.candidate}"
+                   " --test {input.test} --queries {input.queries} --model {input.model} --threads {threads}"
+                   " --out {output} 2> {log}")
 
 
 if OTHER_CANDIDATES:
@@ -72,6 +51,7 @@ if OTHER_CANDIDATES:
         wildcard_constraints:
             candidate="|".join(OTHER_CANDIDATES),
         params:
+            config=RESOLVED_CONFIG,
             candidate=lambda wc: CANDIDATES[wc.candidate],
             max_rows=EVAL["max_rows"],
         log:
@@ -83,9 +63,11 @@ if OTHER_CANDIDATES:
             runtime=60,
         container:
             CONTAINERS["cpu"]
+        conda:
+            CONDA_ENVS["cpu"]
         shell:
-            "qrewrite eval-rewrites --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --candidate {wildcards.candidate}"
-            " --test {input.test} --queries {input.queries} --teacher {input.teacher} --out {output} 2> {log}" + SHOW_LOG_ON_ERROR
+            logged("qrewrite eval-rewrites --config {params.config} --tenant {wildcards.tenant} --candidate {wildcards.candidate}"
+                   " --test {input.test} --queries {input.queries} --teacher {input.teacher} --out {output} 2> {log}")
 
 
 rule eval:
@@ -101,6 +83,7 @@ rule eval:
         examples=report(E("examples"), category="Evaluation", subcategory="{tenant}", labels={"tenant": "{tenant}", "file": "examples.jsonl"}),
         plots=report(E("plots"), category="Evaluation", subcategory="{tenant}", labels={"tenant": "{tenant}", "file": "plots.json"}),
     params:
+        config=RESOLVED_CONFIG,
         eval=EVAL,
         reward=config["reward"],
         rag=config["rag"],
@@ -113,10 +96,12 @@ rule eval:
         runtime=30,
     container:
         CONTAINERS["cpu"]
+    conda:
+        CONDA_ENVS["cpu"]
     shell:
-        "qrewrite eval --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --test {input.test}"
-        " --queries {input.queries} --rewrites {input.rewrites} --out {output.eval_json}"
-        " --examples {output.examples} --plots {output.plots} 2> {log}" + SHOW_LOG_ON_ERROR
+        logged("qrewrite eval --config {params.config} --tenant {wildcards.tenant} --test {input.test}"
+               " --queries {input.queries} --rewrites {input.rewrites} --out {output.eval_json}"
+               " --examples {output.examples} --plots {output.plots} 2> {log}")
 
 
 rule report:
@@ -128,6 +113,8 @@ rule report:
         tb=[tenant_paths(t)[k] for t in TENANTS for k in ("tb_sft", "tb_rl")],
     output:
         report(REPORT_HTML, category="Report", labels={"file": "index.html"}),
+    params:
+        config=RESOLVED_CONFIG,
     log:
         "logs/report.log",
     benchmark:
@@ -137,5 +124,7 @@ rule report:
         runtime=10,
     container:
         CONTAINERS["cpu"]
+    conda:
+        CONDA_ENVS["cpu"]
     shell:
-        "qrewrite report --config {RESOLVED_CONFIG} --out {output} 2> {log}" + SHOW_LOG_ON_ERROR
+        logged("qrewrite report --config {params.config} --out {output} 2> {log}")

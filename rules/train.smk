@@ -5,7 +5,9 @@
 # verl on several nodes: Ray must span the job's nodes, so slurm/ray_on_slurm.sh (on the host, outside
 # Snakemake's container) starts Ray in the verl image on every node and runs `qrewrite rl` on the head.
 VERL_MULTINODE = config["rl"]["backend"] == "verl" and config["rl"]["verl"]["nnodes"] > 1
-RL_CONTAINER = None if VERL_MULTINODE else CONTAINERS["verl" if config["rl"]["backend"] == "verl" else "swift"]
+RL_ENV = "verl" if config["rl"]["backend"] == "verl" else "swift"
+RL_CONTAINER = None if VERL_MULTINODE else CONTAINERS[RL_ENV]
+RL_CONDA = None if VERL_MULTINODE else CONDA_ENVS[RL_ENV]
 RL_LAUNCH = f"{workflow.basedir}/slurm/ray_on_slurm.sh --image {CONTAINERS['verl']} -- " if VERL_MULTINODE else ""
 
 
@@ -13,6 +15,7 @@ rule base_model:
     output:
         directory(BASE_MODEL),
     params:
+        config=RESOLVED_CONFIG,
         base=config["base_model"],
     log:
         "logs/base_model.log",
@@ -23,8 +26,10 @@ rule base_model:
         runtime=30,
     container:
         CONTAINERS["swift"]
+    conda:
+        CONDA_ENVS["swift"]
     shell:
-        "qrewrite base-model --config {RESOLVED_CONFIG} --out {output} > {log} 2>&1" + SHOW_LOG_ON_ERROR
+        logged("qrewrite base-model --config {params.config} --out {output} > {log} 2>&1")
 
 
 rule sft:
@@ -37,6 +42,7 @@ rule sft:
         tb=directory(T("tb_sft")),
         stats=T("stats_sft"),
     params:
+        config=RESOLVED_CONFIG,
         hp=config["train"],
         model=config["base_model"],
         run_dir=P("sft_run"),
@@ -50,10 +56,12 @@ rule sft:
         runtime=240,
     container:
         CONTAINERS["swift"]
+    conda:
+        CONDA_ENVS["swift"]
     shell:
-        "qrewrite sft --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --base {input.base}"
-        " --train {input.train} --val {input.val} --out {output.adapter} --run-dir {params.run_dir}"
-        " --tb {output.tb} --stats {output.stats} --threads {threads} > {log} 2>&1" + SHOW_LOG_ON_ERROR
+        logged("qrewrite sft --config {params.config} --tenant {wildcards.tenant} --base {input.base}"
+               " --train {input.train} --val {input.val} --out {output.adapter} --run-dir {params.run_dir}"
+               " --tb {output.tb} --stats {output.stats} --threads {threads} > {log} 2>&1")
 
 
 rule merge_sft:
@@ -62,6 +70,8 @@ rule merge_sft:
         adapter=T("sft_model"),
     output:
         directory(T("sft_merged")),
+    params:
+        config=RESOLVED_CONFIG,
     log:
         "logs/{tenant}/merge_sft.log",
     benchmark:
@@ -72,9 +82,11 @@ rule merge_sft:
         runtime=60,
     container:
         CONTAINERS["swift"]
+    conda:
+        CONDA_ENVS["swift"]
     shell:
-        "qrewrite merge --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --base {input.base}"
-        " --adapter {input.adapter} --out {output} > {log} 2>&1" + SHOW_LOG_ON_ERROR
+        logged("qrewrite merge --config {params.config} --tenant {wildcards.tenant} --base {input.base}"
+               " --adapter {input.adapter} --out {output} > {log} 2>&1")
 
 
 rule rl_data:
@@ -88,6 +100,7 @@ rule rl_data:
         train_swift=T("rl_train_swift"),
         val_swift=T("rl_val_swift"),
     params:
+        config=RESOLVED_CONFIG,
         val_share=config["rl"]["val_share"],
         out_dir=P("rl_dir"),
     log:
@@ -99,9 +112,11 @@ rule rl_data:
         runtime=10,
     container:
         CONTAINERS["cpu"]
+    conda:
+        CONDA_ENVS["cpu"]
     shell:
-        "qrewrite rl-data --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --train {input.train}"
-        " --val {input.val} --queries {input.queries} --out-dir {params.out_dir} 2> {log}" + SHOW_LOG_ON_ERROR
+        logged("qrewrite rl-data --config {params.config} --tenant {wildcards.tenant} --train {input.train}"
+               " --val {input.val} --queries {input.queries} --out-dir {params.out_dir} 2> {log}")
 
 
 rule rl:
@@ -116,6 +131,7 @@ rule rl:
         tb=directory(T("tb_rl")),
         stats=T("stats_rl"),
     params:
+        config=RESOLVED_CONFIG,
         rl=config["rl"],
         reward=config["reward"],
         rag=config["rag"],
@@ -131,7 +147,9 @@ rule rl:
         runtime=720,
     container:
         RL_CONTAINER
+    conda:
+        RL_CONDA
     shell:
-        RL_LAUNCH + "qrewrite rl --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --model {input.model}"
-        " --data-dir {params.data_dir} --out {output.model} --run-dir {params.run_dir} --tb {output.tb}"
-        " --stats {output.stats} --threads {threads} > {log} 2>&1" + SHOW_LOG_ON_ERROR
+        logged("qrewrite rl --config {params.config} --tenant {wildcards.tenant} --model {input.model}"
+               " --data-dir {params.data_dir} --out {output.model} --run-dir {params.run_dir} --tb {output.tb}"
+               " --stats {output.stats} --threads {threads} > {log} 2>&1", launch=RL_LAUNCH)

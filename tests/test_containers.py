@@ -172,6 +172,58 @@ def test_every_rule_names_its_container():
     assert not missing, f"rules without container: {missing}"
 
 
+def test_every_rule_names_the_conda_env_of_its_container():
+    """`--sdm conda` runs each rule in the env its container is built from (rules/common.smk CONDA_ENVS), and
+    those env files exist."""
+    common = (REPO / "rules/common.smk").read_text(encoding="utf-8")
+    envs = dict(re.findall(r'"(\w+)": "\.\./(envs/\w+\.yaml)"', re.search(r"CONDA_ENVS = \{.*?\}", common).group(0)))
+    assert set(envs) == {"cpu", "swift", "verl"} and all((REPO / f).is_file() for f in envs.values()), envs
+    seen = {}
+    for smk in sorted((REPO / "rules").glob("*.smk")):
+        blocks = re.split(r"^\s*rule (\w+):", smk.read_text(encoding="utf-8"), flags=re.M)
+        for name, body in zip(blocks[1::2], blocks[2::2]):
+            container = re.search(r"^\s+container:\n\s+(.+)$", body, flags=re.M)
+            conda = re.search(r"^\s+conda:\n\s+(.+)$", body, flags=re.M)
+            assert container and conda, f"{smk.name}:{name} lacks container: or conda:"
+            seen[name] = (container.group(1).strip(), conda.group(1).strip())
+    for name, (container, conda) in seen.items():
+        assert container.replace("CONTAINERS", "CONDA_ENVS") == conda or (container, conda) == ("RL_CONTAINER", "RL_CONDA"), name
+
+
+def _snakemake(*args: str) -> subprocess.CompletedProcess:
+    import os
+    import sys
+
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    return subprocess.run([str(Path(sys.executable).parent / "snakemake"), *args], cwd=REPO, capture_output=True,
+                          text=True, env=env, timeout=300)
+
+
+def test_snakemake_lint_is_clean():
+    proc = _snakemake("--lint")
+    assert proc.returncode == 0 and "in a good condition" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-4000:]
+
+
+def test_sdm_conda_dry_run_plans():
+    """`snakemake --sdm conda -n` plans every job. Snakemake runs `conda info` even for a dry run, so this needs
+    conda on PATH: without it the test skips, with a warning, unless QREWRITE_REQUIRE_CONDA=1 (then it fails),
+    as test_reward_frameworks does for the training envs."""
+    import os
+    import shutil
+    import warnings
+
+    if shutil.which("conda") is None:
+        msg = "no conda on PATH, and snakemake --sdm conda -n runs `conda info` even dry"
+        if os.environ.get("QREWRITE_REQUIRE_CONDA"):
+            pytest.fail(f"{msg}, and QREWRITE_REQUIRE_CONDA is set")
+        msg = f"SKIPPED: {msg}; set QREWRITE_REQUIRE_CONDA=1 to make this a failure"
+        print(msg)
+        warnings.warn(msg)
+        pytest.skip(msg)
+    proc = _snakemake("--sdm", "conda", "-n")
+    assert proc.returncode == 0 and "This was a dry-run" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-4000:]
+
+
 @pytest.mark.parametrize("name", ["data", "swift", "verl"])
 def test_conda_env_files_use_the_same_pins(name):
     env = yaml.safe_load((REPO / "envs" / f"{name}.yaml").read_text(encoding="utf-8"))

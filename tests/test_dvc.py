@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -40,7 +41,12 @@ def test_check_fails_on_a_stale_dvc_yaml(tmp_path):
     proc = qrewrite("dvc-yaml", "--check", "--out", str(stale))
     assert proc.returncode != 0 and "stale" in proc.stderr and "--outdir" in proc.stderr
     assert qrewrite("dvc-yaml", "--out", str(stale)).returncode == 0
-    assert stale.read_text(encoding="utf-8") == (REPO / "dvc.yaml").read_text(encoding="utf-8")
+    # regenerated: the repo's stages, with the code deps relative to this dvc.yaml's folder
+    rebased = os.path.relpath(REPO / "qrewrite", tmp_path)
+    assert stale.read_text(encoding="utf-8") == \
+        re.sub(r"^(\s*- )qrewrite/(\S+\.py)$", rf"\1{rebased}/\2", (REPO / "dvc.yaml").read_text(encoding="utf-8"),
+               flags=re.M)
+    assert qrewrite("dvc-yaml", "--check", "--out", str(stale)).returncode == 0
 
 
 # --- DVC's view: dvc.yaml with every `foreach` expanded (DVC's own templating rules, no dvc import) ----------
@@ -139,7 +145,33 @@ def test_dvc_stages_match_snakemake_rules(project):
         stage = stages[(rule, tenant)]
         assert stage["cmd"] == as_dvc_cmd(job["cmd"]), (rule, tenant)
         assert stage["outs"] == job["outs"], (rule, tenant)
-        assert stage["deps"] == job["deps"], (rule, tenant)
+        # the data deps as in the rule; DVC adds the stage's code (test_dvc_stage_code_deps)
+        assert {d for d in stage["deps"] if not d.startswith("qrewrite/")} == job["deps"], (rule, tenant)
+
+
+def test_dvc_stage_code_deps():
+    """Each stage depends on the files its command runs (shared modules included), and not on another stage's
+    handler: split's code is no dep of the stages upstream of it. The reward plugins `qrewrite rl` hands to
+    ms-swift / verl by path count for rl."""
+    from qrewrite.training.rl_swift import PLUGIN
+    from qrewrite.training.rl_verl import REWARD_FILE
+
+    code = {}
+    for (stage, _), spec in dvc_stages().items():
+        files = {d for d in spec["deps"] if d.startswith("qrewrite/")}
+        assert files and all((REPO / f).is_file() for f in files), stage
+        assert code.setdefault(stage, files) == files, f"{stage}: tenants differ in code deps"
+    assert {"qrewrite/split.py", "qrewrite/io_utils.py", "qrewrite/config.py", "qrewrite/cli.py"} <= code["split"]
+    for upstream in ("build_excel", "ingest", "teacher", "validate"):
+        assert "qrewrite/split.py" not in code[upstream], upstream
+    assert "qrewrite/validate.py" in code["validate"] and "qrewrite/teacher/stage.py" in code["teacher"]
+    assert {p.relative_to(REPO).as_posix() for p in (PLUGIN, REWARD_FILE)} <= code["rl"]
+    assert "qrewrite/training/rl_data.py" in code["rl_data"] and "qrewrite/reward/ground_truth.py" in code["rl_data"]
+
+
+def copy_code(root: Path) -> None:
+    """The qrewrite package into a scratch project, where dvc.yaml's code deps (qrewrite/...) point."""
+    shutil.copytree(REPO / "qrewrite", root / "qrewrite", ignore=shutil.ignore_patterns("__pycache__"))
 
 
 def test_dvc_params_name_existing_keys_of_the_right_tenant():
@@ -194,6 +226,7 @@ def test_dvc_repro_runs_every_stage_and_reruns_only_the_changed_tenant(project):
                     "`pip install dvc==3.67.1` to run this test.")
     root = project.root
     shutil.copy(REPO / "dvc.yaml", root / "dvc.yaml")
+    copy_code(root)
     env = {**os.environ, "DVC_NO_ANALYTICS": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
 
     def run(*cmd: str) -> str:
@@ -223,6 +256,47 @@ def test_dvc_repro_runs_every_stage_and_reruns_only_the_changed_tenant(project):
     planned = ran(dvc("repro", "--dry", "summarize"))
     assert planned and all(s.endswith("@chengla") for s in planned), planned
     assert ran(dvc("repro", "summarize")) == {s for s in every if s.endswith("@chengla")}
+
+
+@pytest.mark.slow
+def test_dvc_reruns_a_stage_whose_code_changed_and_what_is_downstream(project):
+    """After `dvc repro` of the data half, an edit to the split stage's code (qrewrite/split.py) makes `dvc
+    status` report split (its code dep changed) and nothing upstream, and `dvc repro` plan split and what is
+    downstream of it (summarize), every tenant, nothing upstream."""
+    if importlib.util.find_spec("dvc") is None:
+        pytest.skip("DVC IS NOT INSTALLED in this env (pip install dvc==3.67.1)")
+    root = project.root
+    for tenant in ("fivedoctors", "chengla"):
+        project.keep_queries(tenant, 30)
+    shutil.copy(REPO / "dvc.yaml", root / "dvc.yaml")
+    copy_code(root)
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+
+    def dvc(*args: str) -> str:
+        proc = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=root, capture_output=True, text=True,
+                              env=env, timeout=600)
+        assert proc.returncode == 0, f"dvc {' '.join(args)}:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+        return proc.stdout + proc.stderr
+
+    def planned(*args: str) -> set[str]:
+        return set(re.findall(r"Running stage '([\w@-]+)'", dvc("repro", "--dry", *args, "summarize")))
+
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    dvc("init", "-q")
+    dvc("repro", "summarize")
+    assert json.loads(dvc("status", "--json", "--with-deps", "summarize")) == {}
+
+    split = root / "qrewrite/split.py"
+    split.write_text(split.read_text(encoding="utf-8") + "\n# a code change\n", encoding="utf-8")
+    status = json.loads(dvc("status", "--json", "--with-deps", "summarize"))  # summarize and all upstream of it
+    print("dvc status after editing qrewrite/split.py:", json.dumps(status, indent=1))
+    tenants = ("fivedoctors", "chengla")
+    assert set(status) == {f"split@{t}" for t in tenants}, status
+    for t in tenants:
+        assert {"changed deps": {"qrewrite/split.py": "modified"}} in status[f"split@{t}"]
+    # --dry lists the stages whose deps changed now; --force-downstream adds what a rerun would feed
+    assert planned() == {f"split@{t}" for t in tenants}
+    assert planned("--force-downstream") == {f"{s}@{t}" for s in ("split", "summarize") for t in tenants}
 
 
 def test_repo_declares_a_default_local_remote():

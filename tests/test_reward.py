@@ -501,14 +501,16 @@ def test_clean_rollout(raw, clean):
 # ---------------------------------------------------------------------------- verl entry, in-process
 
 def test_verl_compute_score_entry(tmp_path, monkeypatch, retriever):
-    from qrewrite.rl.verl_dataset import make_ground_truth, to_verl_row
+    from qrewrite.reward.ground_truth import make_ground_truth
+    from qrewrite.rl.verl_dataset import to_verl_row
     from qrewrite.reward import verl_reward
 
     cfg_path = tmp_path / "config.yaml"
     cfg_path.write_text(yaml.safe_dump({"tenants": [_tenant_dict()]}, allow_unicode=True), encoding="utf-8")
     monkeypatch.setenv("QREWRITE_CONFIG", str(cfg_path))
     hits = retriever.search(TEACHER, 5, question=QUERY)
-    record = {"query_id": "q1", "tenant": "fivedoctors", "query": QUERY, "teacher_rewrite": TEACHER,
+    record = {"query_id": "q1", "tenant": "fivedoctors", "query": QUERY, "profile": "", "history": "",
+              "teacher_rewrite": TEACHER,
               "teacher_retrieval": {"top1": top1(hits), "mean_top3": mean_top3(hits),
                                     "doc_ids": [h["doc_id"] for h in hits]}, "gold_doc_ids": ["fd-058"]}
     row = to_verl_row(record, 0, "train")

@@ -29,6 +29,7 @@ import pytest
 import yaml
 
 from qrewrite.reward.formula import REWARD_KEYS
+from qrewrite.reward.ground_truth import encode_ground_truth
 
 REPO = Path(__file__).resolve().parents[1]
 KB = REPO / "data" / "kb" / "fivedoctors.jsonl"
@@ -44,9 +45,10 @@ LENDABLE = ("jieba", "bm25s", "jsonschema", "jsonschema_specifications", "refere
 QUERY = "奶蓟草护肝片啥时候吃效果好"
 TEACHER = "奶蓟草护肝片 服用时间 饭后"
 # No teacher scores: the scorer retrieves the teacher rewrite itself, so the teacher's own text ties exactly.
-GROUND_TRUTH = json.dumps({"teacher_rewrite": TEACHER,
-                           "teacher_retrieval": {"top1": None, "mean_top3": None, "doc_ids": ["fd-058"]},
-                           "gold_doc_ids": ["fd-058"]}, ensure_ascii=False)
+GROUND_TRUTH = encode_ground_truth({"query_id": "q1", "query": QUERY, "profile": "", "history": "",
+                                    "teacher_rewrite": TEACHER,
+                                    "teacher_retrieval": {"top1": None, "mean_top3": None, "doc_ids": ["fd-058"]},
+                                    "gold_doc_ids": ["fd-058"]})
 
 
 def train_python(name: str) -> Path:
@@ -255,3 +257,144 @@ def test_swift_plugin_registers_and_scores(tmp_path, reward_config):
     assert details[1]["win"] == -1 and details[1]["score"] < -0.4
     assert details[2]["q_student"] > 0
     assert res["stats"]["fivedoctors"]["samples"] == 3
+
+
+# ------------------------------------------------------------------------ both adapters, one reward
+
+# A follow-up question whose referent is only in the history: the rule judge needs the history to know the
+# rewrite must name 深海鱼油软胶囊 (without it, naming the product reads as inventing one).
+CONTEXT_QUERY = {"id": "q-ctx", "query": "这个一天吃几粒", "profile": "",
+                 "history": "用户之前问了深海鱼油软胶囊的功效"}
+PLAIN_QUERY = {"id": "q-plain", "query": QUERY, "profile": "", "history": ""}
+CONTEXT_ROLLOUTS = ["深海鱼油软胶囊一天吃几粒", "这个一天吃几粒<|im_end|>"]
+PLAIN_ROLLOUTS = [TEACHER, "今天天气怎么样"]
+
+AGREE_VERL_DRIVER = """
+import json, os, sys
+repo, parquet, tok_dir, out_path = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+from transformers import AutoTokenizer
+from qrewrite.training.base_model import find_gguf
+g = find_gguf()
+AutoTokenizer.from_pretrained(str(g.parent), gguf_file=g.name).save_pretrained(tok_dir)
+from omegaconf import open_dict
+from verl.utils import hf_tokenizer
+from verl.utils.dataset.rl_dataset import RLHFDataset
+from qrewrite.rl.verl_compose_check import compose_verl_config
+from qrewrite.rl.verl_overrides import build_overrides
+from verl.trainer.ppo.reward import get_custom_reward_fn
+
+reward_fn = os.path.join(repo, "qrewrite", "reward", "verl_reward.py")
+cfg = compose_verl_config(build_overrides({"algorithm": "grpo"}, dict(
+    model=tok_dir, train_files=parquet, val_files=parquet, reward_fn=reward_fn, checkpoint_dir="/tmp/ck")))
+with open_dict(cfg):
+    cfg.data.cache_dir = os.path.join(os.path.dirname(out_path), "verl_cache")
+ds = RLHFDataset(data_files=cfg.data.train_files, tokenizer=hf_tokenizer(tok_dir), config=cfg.data)
+compute_score = get_custom_reward_fn(cfg)   # verl's own loader of reward.custom_reward_function
+rollouts = json.loads(os.environ["QREWRITE_TEST_ROLLOUTS"])
+out = {}
+for i in range(len(ds)):
+    it = ds[i]
+    qid = it["extra_info"]["query_id"]
+    # the naive reward manager's call: the row's data_source, ground_truth and extra_info
+    out[qid] = [compute_score(data_source=it["data_source"], solution_str=r,
+                              ground_truth=it["reward_model"]["ground_truth"], extra_info=it["extra_info"])
+                for r in rollouts[qid]]
+json.dump(out, open(out_path, "w"), ensure_ascii=False)
+"""
+
+AGREE_SWIFT_DRIVER = """
+import json, os, sys
+repo, rows_path, out_path = sys.argv[1], sys.argv[2], sys.argv[3]
+import torch
+from swift.rewards import orms
+from swift.utils import import_external_file
+from swift.rl_core.data import GRPOSample
+from swift.rl_core.grpo_algorithm import score_completions
+
+import_external_file(os.path.join(repo, "qrewrite", "reward", "swift_plugin.py"))
+fn = orms["qrewrite_reward"](args=None)
+rollouts = json.loads(os.environ["QREWRITE_TEST_ROLLOUTS"])
+out = {}
+for line in open(rows_path, encoding="utf-8"):
+    row = json.loads(line)
+    qid = json.loads(row["ground_truth"])["query_id"]
+    samples = [GRPOSample.from_row({**row, "messages": row["messages"] + [{"role": "assistant", "content": r}]})
+               for r in rollouts[qid]]
+    score_completions(samples, reward_funcs=[fn], reward_model_plugins=[None], use_gym_env=False,
+                      device=torch.device("cpu"), trainer_state=None)
+    out[qid] = fn.last_details
+json.dump(out, open(out_path, "w"), ensure_ascii=False, default=str)
+"""
+
+
+def _rl_files(tmp: Path, config_path: Path) -> dict[str, str]:
+    """The RL files `qrewrite rl-data` writes, from two SFT rows as the split stage writes them."""
+    from qrewrite.config import load_config, tenant_config
+    from qrewrite.paths import tenant_paths
+    from qrewrite.prompts import rewrite_messages
+    from qrewrite.training.rl_data import write_rl_data
+
+    tenant = tenant_config(load_config(config_path), "fivedoctors")
+    sft = []
+    for q, teacher, gold in ((CONTEXT_QUERY, "深海鱼油软胶囊一天吃几粒", ["fd-002"]), (PLAIN_QUERY, TEACHER, ["fd-058"])):
+        sft.append({"messages": rewrite_messages(tenant, q) + [{"role": "assistant", "content": teacher}],
+                    "meta": {"query_id": q["id"], "tenant": "fivedoctors", "teacher_top1": 0.9,
+                             "teacher_mean_top3": 0.5, "teacher_hits": [], "gold_doc_ids": gold}})
+    for name, rows in (("train", sft), ("val", sft), ("queries", [CONTEXT_QUERY, PLAIN_QUERY])):
+        (tmp / f"{name}.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
+                                           encoding="utf-8")
+    out = {k: str(tmp / "rl" / Path(tenant_paths("t")[f"rl_{k}"]).name) for k in ("train", "val", "train_swift", "val_swift")}
+    write_rl_data(train=str(tmp / "train.jsonl"), val=str(tmp / "val.jsonl"), queries=str(tmp / "queries.jsonl"),
+                  out=out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def judged_config(tmp_path_factory) -> Path:
+    """reward_config with every rollout judged, so the judge's use of the context shows in every score."""
+    d = tmp_path_factory.mktemp("rwcfg_judged")
+    cfg = {"tenants": [{"name": "fivedoctors", "system_prompt": "改写", "raw_excel": str(REPO / "data/raw/x.xlsx"),
+                        "kb": {"path": str(KB), "name": "fivedoctors_kb"}}],
+           "reward": {"judge": {"sample_share": 1.0}}}
+    path = d / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+@pytest.mark.slow
+def test_verl_and_swift_adapters_give_the_same_reward(tmp_path, judged_config):
+    """The same rollouts of the same RL rows (written once by rl_data, in both layouts) get the same reward
+    through verl's loader (RLHFDataset row → compute_score) and ms-swift's plugin (the swift JSONL row), equal
+    to the scorer's on the full query context; the follow-up question's score needs its history."""
+    from qrewrite.reward.scorer import RewardSample, get_scorer
+
+    files = _rl_files(tmp_path, judged_config)
+    rollouts = {CONTEXT_QUERY["id"]: CONTEXT_ROLLOUTS, PLAIN_QUERY["id"]: PLAIN_ROLLOUTS}
+    env = {"QREWRITE_CONFIG": str(judged_config), "QREWRITE_TEST_ROLLOUTS": json.dumps(rollouts, ensure_ascii=False)}
+    got = {}
+    for name, driver, args in (("verl", AGREE_VERL_DRIVER, [files["train"], str(tmp_path / "tok")]),
+                               ("swift", AGREE_SWIFT_DRIVER, [files["train_swift"]])):
+        py = train_python(name)
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        overlay, _ = overlay_for(py, run_dir)
+        got[name] = run_driver(py, driver, [str(REPO), *args],
+                               {**env, "PYTHONPATH": os.pathsep.join([str(REPO), overlay])}, run_dir)
+    assert got["verl"] == got["swift"]
+
+    # the reference: the scorer itself, given each query's whole context
+    scorer = get_scorer("fivedoctors", judged_config)
+    gts = {"q-ctx": (CONTEXT_QUERY, "深海鱼油软胶囊一天吃几粒", ["fd-002"]), "q-plain": (PLAIN_QUERY, TEACHER, ["fd-058"])}
+    for qid, (q, teacher, gold) in gts.items():
+        def sample(rollout, profile=q["profile"], history=q["history"]):
+            return RewardSample(query_id=qid, query=q["query"], rollout=rollout.replace("<|im_end|>", ""),
+                                teacher_rewrite=teacher, teacher_top1=0.9, teacher_mean_top3=0.5, teacher_hits=[],
+                                gold_doc_ids=gold, profile=profile, history=history)
+        want = scorer.score_batch([sample(r) for r in rollouts[qid]])
+        assert got["verl"][qid] == want, qid
+    # the context is what the test is about: without the history the judge scores the follow-up differently
+    blind = scorer.score_batch([RewardSample(query_id="q-ctx-blind", query=CONTEXT_QUERY["query"], rollout=r,
+                                             teacher_rewrite="深海鱼油软胶囊一天吃几粒", gold_doc_ids=["fd-002"])
+                                for r in ("深海鱼油软胶囊一天吃几粒", "这个一天吃几粒")])
+    assert [d["judge_student"] for d in got["verl"]["q-ctx"]] == [5.0, 2.0]
+    assert [d["judge_student"] for d in blind] == [3.5, 5.0]

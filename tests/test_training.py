@@ -18,7 +18,7 @@ from conftest import REPO
 from qrewrite.config import load_config
 from qrewrite.paths import tenant_paths
 from qrewrite.reward.monitor import batch_scalars, counter_scalars
-from qrewrite.rl.verl_dataset import parse_ground_truth
+from qrewrite.reward.ground_truth import parse_ground_truth
 from test_reward_frameworks import train_python
 from test_verl import run_verl
 
@@ -120,9 +120,11 @@ def test_rl_data_matches_sft_prompts_and_teacher_side(data_project):
         meta = s["meta"]
         # the prompt is exactly what SFT trained on, minus the answer
         assert r["messages"] == s["messages"][:-1] and s["messages"][-1]["role"] == "assistant"
-        assert r["query_id"] == meta["query_id"] and r["tenant"] == "fivedoctors"
-        assert r["query"] == queries[meta["query_id"]]["query"]
+        assert r["tenant"] == "fivedoctors"
         gt = parse_ground_truth(r["ground_truth"])
+        q = queries[meta["query_id"]]
+        assert gt["query_id"] == meta["query_id"] and gt["query"] == q["query"]
+        assert (gt["profile"], gt["history"]) == (q.get("profile") or "", q.get("history") or "")
         assert gt["teacher_rewrite"] == s["messages"][-1]["content"]
         assert gt["teacher_retrieval"]["top1"] == meta["teacher_top1"]
         assert gt["teacher_retrieval"]["mean_top3"] == meta["teacher_mean_top3"]

@@ -163,7 +163,10 @@ def _records():
     base = [("q1", "奶蓟草护肝片啥时候吃效果好", "奶蓟草护肝片 服用时间 饭后", ["fd-058"]),
             ("q2", "孕妇能吃鱼油吗", "鱼油 孕妇 适用人群", ["fd-010", "fd-011"]),
             ("q3", "这个怎么保存", "保健品 储存方法", [])]
-    return [{"query_id": qid, "tenant": "fivedoctors", "query": q, "teacher_rewrite": t,
+    # the follow-up's referent is in its history: the reward's judge must get it through the parquet
+    history = {"q3": "用户之前问了深海鱼油软胶囊"}
+    return [{"query_id": qid, "tenant": "fivedoctors", "query": q, "profile": "", "history": history.get(qid, ""),
+             "teacher_rewrite": t,
              "teacher_retrieval": {"top1": 0.8, "mean_top3": 0.6, "doc_ids": gold or ["fd-001"]},
              "gold_doc_ids": gold} for qid, q, t, gold in base]
 
@@ -188,6 +191,7 @@ def test_verl_dataset_parquet_loads_with_rlhfdataset(tmp_path):
         assert it["reward_model"]["style"] == "rule"
         gt = json.loads(it["reward_model"]["ground_truth"])
         assert gt["teacher_rewrite"] == rec["teacher_rewrite"] and gt["gold_doc_ids"] == rec["gold_doc_ids"]
+        assert (gt["query"], gt["profile"], gt["history"]) == (rec["query"], rec["profile"], rec["history"])
         assert gt["teacher_retrieval"]["top1"] == pytest.approx(0.8)
         assert it["extra_info"]["query_id"] == rec["query_id"] and it["extra_info"]["tenant"] == "fivedoctors"
         assert it["index"] == i

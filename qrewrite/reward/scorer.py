@@ -362,21 +362,20 @@ def _num(x) -> float | None:
         return None
 
 
-def sample_from_ground_truth(ground_truth, *, rollout: str, query_id: str | None, query: str | None,
-                             profile: str = "", history: str = "") -> RewardSample:
-    """A ``RewardSample`` from the RL ground truth written by ``qrewrite.rl.verl_dataset``
-    (a JSON string or dict: teacher_rewrite, teacher_retrieval{top1, mean_top3, doc_ids[, hits]},
-    gold_doc_ids) and the rollout text (cleaned here)."""
-    from ..rl.verl_dataset import parse_ground_truth
+def sample_from_ground_truth(ground_truth, *, rollout: str) -> RewardSample:
+    """A ``RewardSample`` from the RL ground truth (``qrewrite.reward.ground_truth``: a JSON string or
+    dict with the query, its profile and history, the teacher side) and the rollout text (cleaned here)."""
+    from .ground_truth import parse_ground_truth
 
-    gt = parse_ground_truth(ground_truth) if ground_truth is not None else {}
+    gt = parse_ground_truth(ground_truth)
     tr = gt.get("teacher_retrieval") or {}
-    query = str(query if query is not None else gt.get("query") or "")
-    qid = str(query_id) if query_id not in (None, "") else "q-" + hashlib.sha256(query.encode()).hexdigest()[:16]
+    query = str(gt["query"])
+    qid = str(gt["query_id"]) if gt["query_id"] not in (None, "") else \
+        "q-" + hashlib.sha256(query.encode()).hexdigest()[:16]
     hits = tr.get("hits")
     return RewardSample(
         query_id=qid, query=query, rollout=clean_rollout(rollout),
         teacher_rewrite=gt.get("teacher_rewrite"), teacher_top1=_num(tr.get("top1")),
         teacher_mean_top3=_num(tr.get("mean_top3")), teacher_hits=hits if isinstance(hits, list) else None,
         gold_doc_ids=[str(d) for d in gt.get("gold_doc_ids") or []],
-        profile=str(profile or ""), history=str(history or ""))
+        profile=str(gt["profile"] or ""), history=str(gt["history"] or ""))

@@ -16,13 +16,15 @@ ms-swift 4.6 API relied on (``swift/rewards/orm.py``, ``swift/rl_core/grpo_algor
   every dataset column arrives as a list aligned with it (plus ``messages``, whose last turn is the
   completion, ``trainer_state``, ...). It returns one float per completion.
 
-Dataset columns read (one row per query; the same contract as the verl parquet):
+Dataset columns read (one row per query):
 
 * ``tenant`` (or ``data_source``): tenant name in config.yaml; may be omitted with one tenant;
-* ``query_id``; ``query`` / ``profile`` / ``history`` (else parsed from the user turn of
-  ``messages`` built by ``qrewrite.prompts.user_message``);
-* teacher side: either ``ground_truth`` (the JSON string of ``qrewrite.rl.verl_dataset``) or the
-  flat columns ``teacher_rewrite``, ``teacher_top1``, ``teacher_mean_top3``, ``gold_doc_ids``.
+* ``ground_truth``: the JSON string of ``qrewrite.reward.ground_truth`` (query, profile, history,
+  teacher side), as ``qrewrite rl-data`` writes it, the same record the verl parquet carries;
+* or, for a hand-made dataset without it, flat columns made into that record here: ``query_id``;
+  ``query`` / ``profile`` / ``history`` (else parsed from the user turn of ``messages`` built by
+  ``qrewrite.prompts.user_message``); ``teacher_rewrite``, ``teacher_top1``, ``teacher_mean_top3``,
+  ``gold_doc_ids``.
 
 The full component record of the last batch (``formula.REWARD_KEYS``) is kept on the instance as
 ``last_details``; cumulative counters via ``stats()`` and logged at INFO each batch.
@@ -43,6 +45,7 @@ try:
 except ImportError:  # qrewrite not installed in the swift env: use the checkout this file is in
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     from qrewrite.reward.scorer import get_scorer, resolve_config_path, sample_from_ground_truth
+from qrewrite.reward.ground_truth import make_ground_truth
 from qrewrite.reward.monitor import get_monitor
 
 log = logging.getLogger("qrewrite.reward.swift_plugin")
@@ -78,6 +81,25 @@ def _col(kwargs: dict, name: str, n: int) -> list:
     return list(v) if isinstance(v, (list, tuple)) and len(v) == n else [None] * n
 
 
+FLAT_COLUMNS = ("messages", "query_id", "query", "profile", "history", "teacher_rewrite", "teacher_top1",
+                "teacher_mean_top3", "gold_doc_ids")
+
+
+def _flat_ground_truth(flat: dict[str, list], i: int) -> dict:
+    """Row ``i``'s ground truth from the FLAT_COLUMNS (a dataset not written by ``qrewrite rl-data``)."""
+    def col(name):
+        return flat[name][i]
+
+    query, profile, history = split_user_turn(col("messages"))
+    return make_ground_truth({
+        "query_id": col("query_id"), "query": query if col("query") is None else col("query"),
+        "profile": profile if col("profile") is None else col("profile"),
+        "history": history if col("history") is None else col("history"),
+        "teacher_rewrite": col("teacher_rewrite"),
+        "teacher_retrieval": {"top1": col("teacher_top1"), "mean_top3": col("teacher_mean_top3")},
+        "gold_doc_ids": col("gold_doc_ids") or []})
+
+
 class QrewriteReward(ORM):
     """The qrewrite RL reward (judge + retrieval + win vs the teacher), in [-1, 1]."""
 
@@ -96,28 +118,13 @@ class QrewriteReward(ORM):
         n = len(completions)
         tenants = [t or d for t, d in zip(_col(kwargs, "tenant", n), _col(kwargs, "data_source", n))]
         gts = _col(kwargs, "ground_truth", n)
-        messages = _col(kwargs, "messages", n)
-        qids, queries = _col(kwargs, "query_id", n), _col(kwargs, "query", n)
-        profiles, histories = _col(kwargs, "profile", n), _col(kwargs, "history", n)
-        flat = {k: _col(kwargs, k, n) for k in ("teacher_rewrite", "teacher_top1", "teacher_mean_top3",
-                                                "gold_doc_ids")}
+        flat = {k: _col(kwargs, k, n) for k in FLAT_COLUMNS}
         default_tenant = None
         groups: dict[str, list[int]] = {}
         samples = []
         for i in range(n):
-            if queries[i] is None:
-                q, p, h = split_user_turn(messages[i])
-                queries[i] = q
-                profiles[i] = profiles[i] if profiles[i] is not None else p
-                histories[i] = histories[i] if histories[i] is not None else h
-            gt = gts[i]
-            if gt is None:
-                gt = {"teacher_rewrite": flat["teacher_rewrite"][i],
-                      "teacher_retrieval": {"top1": flat["teacher_top1"][i],
-                                            "mean_top3": flat["teacher_mean_top3"][i]},
-                      "gold_doc_ids": flat["gold_doc_ids"][i] or []}
-            samples.append(sample_from_ground_truth(gt, rollout=completions[i], query_id=qids[i], query=queries[i],
-                                                    profile=profiles[i] or "", history=histories[i] or ""))
+            gt = gts[i] if gts[i] is not None else _flat_ground_truth(flat, i)
+            samples.append(sample_from_ground_truth(gt, rollout=completions[i]))
             tenant = tenants[i]
             if tenant is None:
                 default_tenant = default_tenant or self._default_tenant()

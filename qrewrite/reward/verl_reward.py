@@ -12,9 +12,9 @@ in the config are taken relative to the config file's directory.
 
 * ``compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs)``: what verl's
   ``naive`` manager calls, per sample, in an executor thread. ``data_source`` is the tenant name,
-  ``ground_truth`` the JSON string of ``qrewrite.rl.verl_dataset.make_ground_truth``, ``extra_info``
-  the row's ``{"split", "index", "query_id", "tenant", "query"}`` (plus ``profile`` / ``history`` if
-  the dataset carries them; the rule judge uses them for context coverage). Returns the dict of
+  ``ground_truth`` the JSON string of ``qrewrite.reward.ground_truth`` (the query with its profile and
+  history, which the judge needs, and the teacher side), ``extra_info`` the row's ``{"split", "index",
+  "query_id", "tenant"}`` (only ``tenant`` is read). Returns the dict of
   ``qrewrite.reward.formula.REWARD_KEYS``: ``score`` is the reward, every key (numbers only, the
   same for every sample) lands in ``reward_extra_info``.
 * ``compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos, **kwargs)``: the
@@ -50,16 +50,10 @@ def _tenant(data_source, extra_info: dict) -> str:
     return str(name)
 
 
-def _sample(solution_str, ground_truth, extra_info: dict):
-    return sample_from_ground_truth(
-        ground_truth, rollout=solution_str, query_id=extra_info.get("query_id"), query=extra_info.get("query"),
-        profile=extra_info.get("profile") or "", history=extra_info.get("history") or "")
-
-
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> dict:
     extra_info = dict(extra_info or {})
     scorer = get_scorer(_tenant(data_source, extra_info), kwargs.get("config_path"))
-    details = scorer.score_batch([_sample(solution_str, ground_truth, extra_info)])
+    details = scorer.score_batch([sample_from_ground_truth(ground_truth, rollout=solution_str)])
     _monitor(details)
     return details[0]
 
@@ -73,7 +67,8 @@ def compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos=
         by_tenant.setdefault(_tenant(ds, ei), []).append(i)
     for tenant, idx in by_tenant.items():
         scorer = get_scorer(tenant, kwargs.get("config_path"))
-        results = scorer.score_batch([_sample(solution_strs[i], ground_truths[i], extra_infos[i]) for i in idx])
+        results = scorer.score_batch([sample_from_ground_truth(ground_truths[i], rollout=solution_strs[i])
+                                      for i in idx])
         for i, r in zip(idx, results):
             out[i] = r
     _monitor(out)  # type: ignore[arg-type]

@@ -7,14 +7,11 @@ One row per query:
 * ``data_source``  tenant name (``data.reward_fn_key=data_source``; passed to the
                    reward function as ``data_source``)
 * ``ability``      ``"query_rewrite"``
-* ``reward_model`` ``{"style": "rule", "ground_truth": <JSON string>}``; the JSON
-                   holds ``teacher_rewrite``, ``teacher_retrieval`` (``top1``,
-                   ``mean_top3``, ``doc_ids``) and ``gold_doc_ids``.  A JSON string
-                   (not a nested struct) keeps the parquet schema identical for
-                   every row (no null/empty-list struct promotion by arrow), and
-                   the reward function decodes it with ``parse_ground_truth``.
-* ``extra_info``   ``{"split", "index", "query_id", "tenant", "query"}`` (scalars only;
-                   reaches the reward function as ``extra_info``).
+* ``reward_model`` ``{"style": "rule", "ground_truth": <JSON string>}``: the record of
+                   ``qrewrite.reward.ground_truth`` (the query and its profile and
+                   history, the teacher side, gold ids), the one the reward reads.
+* ``extra_info``   ``{"split", "index", "query_id", "tenant"}`` (scalars only; verl's
+                   bookkeeping, e.g. ``index``; the reward reads only ``tenant``).
 
 Only pyarrow is needed to write; reading back with RLHFDataset needs the
 verl env.
@@ -22,9 +19,10 @@ verl env.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Callable, Iterable, Mapping
+
+from ..reward.ground_truth import encode_ground_truth
 
 ABILITY = "query_rewrite"
 
@@ -45,38 +43,14 @@ def default_messages(record: Mapping[str, Any], system_prompt: str = DEFAULT_SYS
     return msgs
 
 
-def make_ground_truth(record: Mapping[str, Any]) -> dict[str, Any]:
-    """The reward function's ground truth for one record (JSON-serialisable dict)."""
-    tr = record.get("teacher_retrieval") or {}
-    return {
-        "teacher_rewrite": record.get("teacher_rewrite"),
-        "teacher_retrieval": {
-            "top1": None if tr.get("top1") is None else float(tr["top1"]),
-            "mean_top3": None if tr.get("mean_top3") is None else float(tr["mean_top3"]),
-            "doc_ids": [str(d) for d in (tr.get("doc_ids") or [])],
-            # scored hits: the rank term's pseudo-label is the teacher's top document unless it is tied
-            **({"hits": [{"doc_id": str(h["doc_id"]), "reranker_score": float(h["reranker_score"])}
-                         for h in tr["hits"]]} if tr.get("hits") else {}),
-        },
-        "gold_doc_ids": [str(d) for d in (record.get("gold_doc_ids") or [])],
-    }
-
-
-def parse_ground_truth(ground_truth: Any) -> dict[str, Any]:
-    """Inverse of the ``ground_truth`` encoding (accepts JSON string or dict)."""
-    if isinstance(ground_truth, (str, bytes)):
-        return json.loads(ground_truth)
-    return dict(ground_truth)
-
-
 def to_verl_row(
     record: Mapping[str, Any],
     index: int,
     split: str,
     build_messages: Callable[[Mapping[str, Any]], list[dict]] = default_messages,
 ) -> dict[str, Any]:
-    """One verl row.  ``record`` keys: query_id, tenant, query, teacher_rewrite,
-    teacher_retrieval{top1, mean_top3, doc_ids}, gold_doc_ids."""
+    """One verl row.  ``record`` keys: tenant and those of ``qrewrite.reward.ground_truth``
+    (query_id, query, profile, history, teacher_rewrite, teacher_retrieval, gold_doc_ids)."""
     for k in ("query_id", "tenant", "query"):
         if record.get(k) in (None, ""):
             raise ValueError(f"record {index} lacks {k!r}")
@@ -84,13 +58,12 @@ def to_verl_row(
         "data_source": str(record["tenant"]),
         "prompt": [{"role": str(m["role"]), "content": str(m["content"])} for m in build_messages(record)],
         "ability": ABILITY,
-        "reward_model": {"style": "rule", "ground_truth": json.dumps(make_ground_truth(record), ensure_ascii=False)},
+        "reward_model": {"style": "rule", "ground_truth": encode_ground_truth(record)},
         "extra_info": {
             "split": split,
             "index": int(index),
             "query_id": str(record["query_id"]),
             "tenant": str(record["tenant"]),
-            "query": str(record["query"]),
         },
     }
 

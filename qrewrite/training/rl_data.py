@@ -4,16 +4,17 @@ precomputed side (rewrite, retrieval, gold docs) as the reward's ground truth. R
 Two layouts of the same rows:
 * `train.parquet` / `val.parquet`: verl's RL layout (`qrewrite.rl.verl_dataset`);
 * `train.swift.jsonl` / `val.swift.jsonl`: ms-swift GRPO rows, `messages` (system + user) plus the
-  columns the reward plugin reads (`tenant`, `query_id`, `query`, `profile`, `history`, `ground_truth`).
+  columns the reward plugin reads (`tenant`, `ground_truth`).
+Both carry the same ground truth (`qrewrite.reward.ground_truth`: the query, its profile and history, the
+teacher side), so the two reward adapters score a rollout on the same record.
 """
 
 from __future__ import annotations
 
-import json
-
 from ..errors import QrewriteError
 from ..io_utils import read_jsonl, write_jsonl
-from ..rl.verl_dataset import make_ground_truth, write_verl_parquet
+from ..reward.ground_truth import encode_ground_truth
+from ..rl.verl_dataset import write_verl_parquet
 
 
 def rl_records(sft_rows: list[dict], queries: dict[str, dict], source: str) -> list[dict]:
@@ -42,9 +43,7 @@ def rl_records(sft_rows: list[dict], queries: dict[str, dict], source: str) -> l
 
 
 def swift_row(rec: dict) -> dict:
-    return {"messages": rec["prompt"], "tenant": rec["tenant"], "query_id": rec["query_id"], "query": rec["query"],
-            "profile": rec["profile"], "history": rec["history"],
-            "ground_truth": json.dumps(make_ground_truth(rec), ensure_ascii=False)}
+    return {"messages": rec["prompt"], "tenant": rec["tenant"], "ground_truth": encode_ground_truth(rec)}
 
 
 def write_rl_data(*, train: str, val: str, queries: str, out: dict[str, str], val_share: float = 1.0) -> dict:
