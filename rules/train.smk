@@ -32,6 +32,7 @@ rule sft:
         base=BASE_MODEL,
         train=T("train"),
         val=T("val"),
+        data_card=T("data_card_json"),
     output:
         adapter=directory(T("sft_model")),
         tb=directory(T("tb_sft")),
@@ -52,7 +53,7 @@ rule sft:
         CONTAINERS["swift"]
     shell:
         "qrewrite sft --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --base {input.base}"
-        " --train {input.train} --val {input.val} --out {output.adapter} --run-dir {params.run_dir}"
+        " --train {input.train} --val {input.val} --data-card {input.data_card} --out {output.adapter} --run-dir {params.run_dir}"
         " --tb {output.tb} --stats {output.stats} --threads {threads} > {log} 2>&1" + SHOW_LOG_ON_ERROR
 
 
@@ -82,6 +83,7 @@ rule rl_data:
         train=T("train"),
         val=T("val"),
         queries=T("queries"),
+        red_team=optional("red_team"),
     output:
         train=T("rl_train"),
         val=T("rl_val"),
@@ -89,6 +91,7 @@ rule rl_data:
         val_swift=T("rl_val_swift"),
     params:
         val_share=config["rl"]["val_share"],
+        red_team_share=config["rl"]["red_team_share"],
         out_dir=P("rl_dir"),
     log:
         "logs/{tenant}/rl_data.log",
