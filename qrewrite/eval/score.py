@@ -139,8 +139,9 @@ def evaluate(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[str, list
     base_q = [s["quality"] for s in scored[baseline]]
 
     candidates = {}
+    split_ids = {r["query_id"] for r in rows}
     for name, per in scored.items():
-        rws = rewrites[name]
+        rws = [r for r in rewrites[name] if r["query_id"] in split_ids]  # gold / red-team rows are reported apart
         outcomes = [win(s["quality"], bq, eps) for s, bq in zip(per, base_q)]
         n = len(per)
         cost, basis = _cost_per_1k(rws, kinds[name])
