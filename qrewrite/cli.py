@@ -76,12 +76,13 @@ def cmd_validate(args) -> None:
 
 
 def cmd_split(args) -> None:
+    from .gold_set import tenant_gold_set
     from .io_utils import read_jsonl, write_json, write_jsonl
     from .split import SPLITS, build_splits
 
     cfg, tenant = _load(args)
     splits, stats = build_splits(cfg, tenant, read_jsonl(args.queries), read_jsonl(args.teacher),
-                                 read_jsonl(args.validated))
+                                 read_jsonl(args.validated), tenant_gold_set(tenant))
     for name in SPLITS:
         write_jsonl(f"{args.out_dir}/{name}.jsonl", splits[name])
     write_json(args.stats, stats)
@@ -95,6 +96,18 @@ def cmd_summarize(args) -> None:
 
     stats = {s: read_json(p) for s, p in zip(STAGES, args.stats)}
     write_json(args.out, build_summary(args.tenant, stats))
+
+
+def cmd_data_card(args) -> None:
+    from .data_card import build_card, render_md
+    from .io_utils import write_json, write_text_atomic
+
+    cfg, tenant = _load(args)
+    card = build_card(cfg, tenant, queries=args.queries, teacher=args.teacher, validated=args.validated,
+                      splits={"train": args.train, "val": args.val, "test": args.test}, summary=args.summary)
+    write_json(args.out_json, card)
+    write_text_atomic(args.out, render_md(card))
+    log.info("data card %s: %s, %s", tenant["name"], args.out, args.out_json)
 
 
 def cmd_serve_rag(args) -> None:
@@ -181,6 +194,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stats", nargs=4, required=True, metavar="JSON", help="ingest, teacher, validate, split stats")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_summarize)
+
+    p = sub.add_parser("data-card", help="the dataset's card: sources and hashes, funnel, language, difficulty mix, "
+                       "gold and red-team sets, known biases, intended use → data_card.md + data_card.json")
+    _common(p)
+    for name in ("queries", "teacher", "validated", "train", "val", "test", "summary"):
+        p.add_argument(f"--{name}", required=True)
+    p.add_argument("--out", required=True, help="results/T/data_card.md")
+    p.add_argument("--out-json", required=True, help="results/T/data_card.json")
+    p.set_defaults(func=cmd_data_card)
 
     p = sub.add_parser("serve-rag", help="serve the local BM25 retriever over the tenant RAG HTTP API")
     _common(p, tenant=False)

@@ -148,6 +148,8 @@ def build_stages(cfg: dict, raw_tenants: list[dict], config_path: str = "config.
     def key(t: dict, k: str | None) -> str:
         return _param_key(raw_tenants, t["name"], k)
 
+    files, file_deps = _optional_files(tenants)
+
     stages: dict = {}
     demo = {t["name"]: {"demo_source": t["demo_source"], "raw_excel": t["raw_excel"], "columns": key(t, "columns")}
             for t in tenants if t.get("demo_source")}
@@ -172,19 +174,42 @@ def build_stages(cfg: dict, raw_tenants: list[dict], config_path: str = "config.
         deps=[p["queries"], p["teacher"], "${item.kb}"], outs=[p["validated"], p["stats_validate"]],
         params=params("rag"))
     stages["split"] = _stage(
-        {t["name"]: {"thresholds": key(t, "thresholds")} for t in tenants},
+        {t["name"]: {"thresholds": key(t, "thresholds"), **files(t, "gold_set")} for t in tenants},
         f"qrewrite split {conf} --queries {p['queries']} --teacher {p['teacher']}"
         f" --validated {p['validated']} --out-dir {p['sft_dir']} --stats {p['stats_split']}",
-        deps=[p["queries"], p["teacher"], p["validated"]],
+        deps=[p["queries"], p["teacher"], p["validated"], *file_deps("gold_set")],
         outs=[p["train"], p["val"], p["test"], p["stats_split"]], params=params("split", "${item.thresholds}"))
     stats = [p[f"stats_{s}"] for s in STAGES]
     stages["summarize"] = _stage(
         {t["name"]: {} for t in tenants},
         f"qrewrite summarize --tenant {KEY} --stats {' '.join(stats)} --out {p['summary']}",
         deps=stats, outs=[], params=[], metrics=[p["summary"]])
+    stages["data_card"] = _stage(
+        {t["name"]: {"raw_excel": t["raw_excel"], "kb": t["kb"]["path"], **files(t, "gold_set", "red_team")}
+         for t in tenants},
+        f"qrewrite data-card {conf} --queries {p['queries']} --teacher {p['teacher']} --validated {p['validated']}"
+        f" --train {p['train']} --val {p['val']} --test {p['test']} --summary {p['summary']}"
+        f" --out {p['data_card']} --out-json {p['data_card_json']}",
+        deps=["${item.raw_excel}", "${item.kb}", *file_deps("gold_set", "red_team"), p["queries"], p["teacher"],
+              p["validated"], p["train"], p["val"], p["test"], p["summary"]],
+        outs=[p["data_card"], p["data_card_json"]], params=[])
     stages.update(_train_stages(cfg, config_path, params))
     stages.update(_eval_stages(cfg, raw, config_path, params))
     return {"stages": stages}
+
+
+def _optional_files(tenants: list[dict]):
+    """(items, deps) for the config-given files a tenant may leave out (gold_set, red_team). A foreach template
+    needs the same keys in every item, so such a file is a dep when every tenant has one (as judge_labels)."""
+    every = {k for k in ("gold_set", "red_team") if all(t.get(k) for t in tenants)}
+
+    def items(t: dict, *keys: str) -> dict:
+        return {k: t[k] for k in keys if k in every}
+
+    def deps(*keys: str) -> list[str]:
+        return [f"${{item.{k}}}" for k in keys if k in every]
+
+    return items, deps
 
 
 def _train_stages(cfg: dict, config_path: str, params) -> dict:
@@ -194,23 +219,26 @@ def _train_stages(cfg: dict, config_path: str, params) -> dict:
     threads = cfg["train"]["threads"]
     every = {t["name"]: {} for t in cfg["tenants"]}
     kbs = {t["name"]: {"kb": t["kb"]["path"]} for t in cfg["tenants"]}
+    files, file_deps = _optional_files(cfg["tenants"])
     return {
         "base_model": {"cmd": f"qrewrite base-model --config {config_path} --out {BASE_MODEL}",
                        "params": params("base_model"), "outs": [BASE_MODEL]},
         "sft": _stage(
             every, f"qrewrite sft {conf} --base {BASE_MODEL} --train {p['train']} --val {p['val']}"
-            f" --out {p['sft_model']} --run-dir {p['sft_run']} --tb {p['tb_sft']} --stats {p['stats_sft']}"
-            f" --threads {threads}",
-            deps=[BASE_MODEL, p["train"], p["val"]], outs=[p["sft_model"], p["tb_sft"], p["stats_sft"]],
+            f" --data-card {p['data_card_json']} --out {p['sft_model']} --run-dir {p['sft_run']} --tb {p['tb_sft']}"
+            f" --stats {p['stats_sft']} --threads {threads}",
+            deps=[BASE_MODEL, p["train"], p["val"], p["data_card_json"]], outs=[p["sft_model"], p["tb_sft"], p["stats_sft"]],
             params=params("train", "base_model")),
         "merge_sft": _stage(
             every, f"qrewrite merge {conf} --base {BASE_MODEL} --adapter {p['sft_model']} --out {p['sft_merged']}",
             deps=[BASE_MODEL, p["sft_model"]], outs=[p["sft_merged"]], params=[]),
         "rl_data": _stage(
-            every, f"qrewrite rl-data {conf} --train {p['train']} --val {p['val']} --queries {p['queries']}"
+            {t["name"]: files(t, "red_team") for t in cfg["tenants"]},
+            f"qrewrite rl-data {conf} --train {p['train']} --val {p['val']} --queries {p['queries']}"
             f" --out-dir {p['rl_dir']}",
-            deps=[p["train"], p["val"], p["queries"]],
-            outs=[p["rl_train"], p["rl_val"], p["rl_train_swift"], p["rl_val_swift"]], params=params("rl.val_share")),
+            deps=[p["train"], p["val"], p["queries"], *file_deps("red_team")],
+            outs=[p["rl_train"], p["rl_val"], p["rl_train_swift"], p["rl_val_swift"]],
+            params=params("rl.val_share", "rl.red_team_share")),
         "rl": _stage(
             kbs, f"qrewrite rl {conf} --model {p['sft_merged']} --data-dir {p['rl_dir']} --out {p['rl_model']}"
             f" --run-dir {p['rl_run']} --tb {p['tb_rl']} --stats {p['stats_rl']} --threads {threads}",
@@ -227,6 +255,7 @@ def _eval_stages(cfg: dict, raw: dict, config_path: str, params) -> dict:
     threads = cfg["train"]["threads"]
     tenants = cfg["tenants"]
     stages: dict = {}
+    files, file_deps = _optional_files(tenants)
     # each stage tracks its own candidate entry when config.yaml lists the candidates (else the eval defaults)
     per_item = isinstance((raw.get("eval") or {}).get("candidates"), list)
     candidate = "${item.candidate_key}" if per_item else "eval.candidates"
@@ -238,7 +267,8 @@ def _eval_stages(cfg: dict, raw: dict, config_path: str, params) -> dict:
             if name in group:
                 raise QrewriteError(f"DVC stage key {name!r} is ambiguous (tenant-candidate)",
                                     hint="rename the tenant or the eval candidate")
-            group[name] = {"tenant": t["name"], "candidate": c["name"],
+            group[name] = {"tenant": t["name"], "candidate": c["name"], **files(t, "gold_set", "red_team"),
+                           **({} if c["kind"] == "model" else {"kb": t["kb"]["path"]}),
                            **({"candidate_key": f"eval.candidates.{i}"} if per_item else {}),
                            **({"model": model_path(c, t)} if c["kind"] == "model" else {})}
     ti = "${item.tenant}"
@@ -250,12 +280,12 @@ def _eval_stages(cfg: dict, raw: dict, config_path: str, params) -> dict:
         stages["eval_generate"] = _stage(
             items["model"], f"{head} --test {split} --queries {p['queries']} --model ${{item.model}}"
             f" --threads {threads} --out {rewrites}",
-            deps=["${item.model}", split, p["queries"]], outs=[rewrites],
+            deps=["${item.model}", split, p["queries"], *file_deps("gold_set", "red_team")], outs=[rewrites],
             params=params(candidate, "eval.generation", "eval.max_rows", "eval.gpu_hour_usd"))
     if items["other"]:
         stages["eval_rewrites"] = _stage(
             items["other"], f"{head} --test {split} --queries {p['queries']} --teacher {p['teacher']} --out {rewrites}",
-            deps=[split, p["queries"], p["teacher"]], outs=[rewrites],
+            deps=[split, p["queries"], p["teacher"], "${item.kb}", *file_deps("gold_set", "red_team")], outs=[rewrites],
             params=params(candidate, "eval.max_rows"))
     p = tenant_paths(KEY)
     e = eval_paths(KEY)
@@ -264,17 +294,19 @@ def _eval_stages(cfg: dict, raw: dict, config_path: str, params) -> dict:
     # A foreach template needs the same keys in every item: the labels are a dep when every tenant has them.
     labelled = all(t.get("judge_labels") for t in tenants)
     stages["eval"] = _stage(
-        {t["name"]: {"kb": t["kb"]["path"], **({"judge_labels": t["judge_labels"]} if labelled else {})}
-         for t in tenants},
+        {t["name"]: {"kb": t["kb"]["path"], **({"judge_labels": t["judge_labels"]} if labelled else {}),
+                     **files(t, "gold_set", "red_team")} for t in tenants},
         f"qrewrite eval --config {config_path} --tenant {KEY} --test {split} --queries {p['queries']}"
         f" --rewrites {' '.join(all_rewrites)} --out {e['eval_json']} --examples {e['examples']} --plots {e['plots']}",
-        deps=[split, p["queries"], "${item.kb}", *(["${item.judge_labels}"] if labelled else []), *all_rewrites],
+        deps=[split, p["queries"], "${item.kb}", *(["${item.judge_labels}"] if labelled else []),
+              *file_deps("gold_set", "red_team"), *all_rewrites],
         outs=[e["examples"]],
         params=params("eval", "reward", "rag"), metrics=[e["eval_json"]],
         plots=[{e["plots"]: {"cache": False, "x": "hit_at_1", "y": "candidate", "template": "bar_horizontal"}}])
     names = [t["name"] for t in tenants]
     deps = ([eval_paths(t)["eval_json"] for t in names] + [eval_paths(t)["examples"] for t in names]
             + [tenant_paths(t)["summary"] for t in names]
+            + [tenant_paths(t)[k] for t in names for k in ("data_card", "data_card_json")]
             + [tenant_paths(t)[k] for t in names for k in ("tb_sft", "tb_rl")])
     stages["report"] = {"cmd": f"qrewrite report --config {config_path} --out {REPORT_HTML}", "deps": deps,
                         "outs": [REPORT_HTML]}

@@ -33,7 +33,7 @@ from typing import Any
 
 from .errors import QrewriteError
 from .io_utils import read_json, read_jsonl, sha256_file, sha256_json, write_json
-from .paths import BASE_MODEL_KEY, UPSTREAM, artifact_paths
+from .paths import BASE_MODEL_KEY, OPTIONAL_INPUTS, UPSTREAM, artifact_paths
 from .reward import RULE_JUDGE_MODEL
 
 FORMAT = "qrewrite-lineage/1"
@@ -198,9 +198,10 @@ def upstream_closure(tenant_cfg: dict | None, start_keys: list[str]) -> list[dic
             return
         seen.add(key)
         rule = UPSTREAM.get(key)
-        if rule and all(k in paths for k in rule[1]):
+        if _made_here(rule, paths):
             for dep in rule[1]:
-                visit(dep)
+                if dep in paths:
+                    visit(dep)
         order.append(key)
 
     for k in start_keys:
@@ -211,10 +212,16 @@ def upstream_closure(tenant_cfg: dict | None, start_keys: list[str]) -> list[dic
             continue
         entry = _entry(key, paths[key])
         rule = UPSTREAM.get(key)
-        if rule and all(k in paths for k in rule[1]):
-            entry["made_by"] = {"rule": rule[0], "inputs": list(rule[1])}
+        if _made_here(rule, paths):
+            entry["made_by"] = {"rule": rule[0], "inputs": [k for k in rule[1] if k in paths]}
         out.append(entry)
     return out
+
+
+def _made_here(rule: tuple | None, paths: dict) -> bool:
+    """Whether a pipeline rule makes the artifact for this tenant: every required input exists (a tenant without
+    demo_source supplies its raw Excel; a missing gold or red-team set is simply not an input)."""
+    return bool(rule) and all(k in paths for k in rule[1] if k not in OPTIONAL_INPUTS)
 
 
 def _key_of(path: str, tenant_cfg: dict | None) -> str | None:

@@ -22,6 +22,8 @@ def tenant_paths(tenant: str) -> dict[str, str]:
         "val": f"{r}/sft/val.jsonl",
         "test": f"{r}/sft/test.jsonl",
         "summary": f"{r}/summary.json",
+        "data_card": f"{r}/data_card.md",            # the dataset's card (qrewrite data-card)
+        "data_card_json": f"{r}/data_card.json",
         **{f"stats_{s}": f"{r}/stats/{s}.json" for s in STAGES},
         # training
         "sft_model": f"{m}/sft",                 # LoRA adapter (best checkpoint by val loss)
@@ -46,16 +48,23 @@ def tenant_paths(tenant: str) -> dict[str, str]:
 # `qrewrite lineage` walks this back to the raw Excel; tests/test_lineage.py fails when it drifts from the
 # Snakemake rules (same rule names, same inputs).
 BASE_MODEL_KEY = "base_model"
-CONFIG_INPUTS = ("raw_excel", "kb", "demo_source")  # tenants[].raw_excel, .kb.path, .demo_source
+CONFIG_INPUTS = ("raw_excel", "kb", "demo_source", "gold_set", "red_team")  # tenants[].raw_excel, .kb.path, …
+# Config-given files a tenant may leave out (null): a rule's other inputs still make its outputs without them.
+OPTIONAL_INPUTS = ("gold_set", "red_team")
 UPSTREAM: dict[str, tuple[str, tuple[str, ...]]] = {
     "raw_excel": ("build_excel", ("demo_source",)),  # demo tenants only; otherwise supplied (and `dvc add`ed)
     **{k: ("ingest", ("raw_excel", "kb")) for k in ("queries", "stats_ingest")},
     **{k: ("teacher", ("queries", "kb")) for k in ("teacher", "stats_teacher")},
     **{k: ("validate", ("queries", "teacher", "kb")) for k in ("validated", "stats_validate")},
-    **{k: ("split", ("queries", "teacher", "validated")) for k in ("train", "val", "test", "stats_split")},
-    **{k: ("rl_data", ("train", "val", "queries")) for k in ("rl_train", "rl_val", "rl_train_swift", "rl_val_swift")},
+    **{k: ("split", ("queries", "teacher", "validated", "gold_set")) for k in ("train", "val", "test", "stats_split")},
+    "summary": ("summarize", tuple(f"stats_{s}" for s in STAGES)),
+    **{k: ("data_card", ("raw_excel", "kb", "gold_set", "red_team", "queries", "teacher", "validated", "train",
+                         "val", "test", "summary")) for k in ("data_card", "data_card_json")},
+    **{k: ("rl_data", ("train", "val", "queries", "red_team"))
+       for k in ("rl_train", "rl_val", "rl_train_swift", "rl_val_swift")},
     BASE_MODEL_KEY: ("base_model", ()),
-    **{k: ("sft", (BASE_MODEL_KEY, "train", "val")) for k in ("sft_model", "tb_sft", "stats_sft")},
+    # the data card is an input of SFT so every model's lineage lists the card of the data it learnt from
+    **{k: ("sft", (BASE_MODEL_KEY, "train", "val", "data_card_json")) for k in ("sft_model", "tb_sft", "stats_sft")},
     "sft_merged": ("merge_sft", (BASE_MODEL_KEY, "sft_model")),
     **{k: ("rl", ("sft_merged", "rl_train", "rl_val", "rl_train_swift", "kb")) for k in ("rl_model", "tb_rl", "stats_rl")},
 }
@@ -65,8 +74,9 @@ def artifact_paths(tenant: dict) -> dict[str, str]:
     """Every artifact key of tenant config `tenant` → its path (tenant_paths + base model + config files)."""
     out = {**tenant_paths(tenant["name"]), BASE_MODEL_KEY: BASE_MODEL,
            "raw_excel": tenant["raw_excel"], "kb": tenant["kb"]["path"]}
-    if tenant.get("demo_source"):
-        out["demo_source"] = tenant["demo_source"]
+    for key in ("demo_source", "gold_set", "red_team"):
+        if tenant.get(key):
+            out[key] = tenant[key]
     return out
 
 

@@ -33,7 +33,11 @@ def assign_splits(groups: list[str], seed: int, fractions: dict) -> dict[str, st
 
 
 def build_splits(cfg: dict, tenant: dict, queries: list[dict], teacher_rows: list[dict],
-                 validated: list[dict]) -> tuple[dict[str, list[dict]], dict]:
+                 validated: list[dict], gold_rows: list[dict] | None = None) -> tuple[dict[str, list[dict]], dict]:
+    """`gold_rows` (qrewrite.gold_set): rows held out of every split, with every row asking the same question."""
+    from .gold_set import held_out
+
+    gold_ids, gold_groups = held_out(gold_rows or [])
     by_q = {q["id"]: q for q in queries}
     by_t = {t["id"]: t for t in teacher_rows}
     dropped: Counter = Counter()
@@ -42,6 +46,10 @@ def build_splits(cfg: dict, tenant: dict, queries: list[dict], teacher_rows: lis
     for v in validated:
         q = by_q[v["id"]]
         level = by_level.setdefault(difficulty_label(q), Counter())
+        if q["id"] in gold_ids or normalize(q["query"]) in gold_groups:  # first: never trained on, whatever else
+            dropped["held_out_gold_set"] += 1
+            level["held_out_gold_set"] += 1  # apart from the filter drops: a person chose these, not a threshold
+            continue
         level["in"] += 1
 
         def drop(why: str) -> None:
@@ -87,8 +95,10 @@ def difficulty_label(query_row: dict) -> str:
 
 
 def _level_stats(c: Counter) -> dict:
-    """Rows of one difficulty: how many came in, how many the top-1 threshold dropped, and the shares."""
+    """Rows of one difficulty: how many came in, how many the top-1 threshold dropped, and the shares (over the
+    rows that reached the filters: gold-set rows held out before them are counted apart)."""
     n, below = c["in"], c["top1_below_threshold"]
-    dropped = sum(v for k, v in c.items() if k != "in")
+    dropped = sum(v for k, v in c.items() if k not in ("in", "held_out_gold_set"))
     return {"in": n, "top1_below_threshold": below, "top1_drop_share": round(below / n, 4) if n else 0.0,
-            "dropped": dropped, "drop_share": round(dropped / n, 4) if n else 0.0}
+            "dropped": dropped, "drop_share": round(dropped / n, 4) if n else 0.0,
+            **({"held_out_gold_set": c["held_out_gold_set"]} if c["held_out_gold_set"] else {})}

@@ -81,8 +81,13 @@ def raw_excel(wc):
     return TENANTS[wc.tenant]["raw_excel"]
 
 
+def optional(key):
+    """Input function: the tenant's config-given file `key` (gold_set, red_team), or no input when it has none."""
+    return lambda wc: TENANTS[wc.tenant][key] or []
+
+
 def data_targets():
-    return [tenant_paths(t)[k] for t in SELECTED for k in ("summary", "train", "val", "test")]
+    return [tenant_paths(t)[k] for t in SELECTED for k in ("summary", "train", "val", "test", "data_card")]
 
 
 def model_targets():

@@ -113,6 +113,7 @@ rule split:
         queries=T("queries"),
         teacher=T("teacher"),
         validated=T("validated"),
+        gold_set=optional("gold_set"),
     output:
         train=T("train"),
         val=T("val"),
@@ -158,3 +159,40 @@ rule summarize:
         CONDA_ENVS["cpu"]
     shell:
         logged("qrewrite summarize --tenant {wildcards.tenant} --stats {input.stats} --out {output} 2> {log}")
+
+
+rule data_card:
+    """The dataset's card: sources and hashes, the funnel with drops per reason, language, difficulty mix,
+    gold and red-team sets, known biases, intended use (results/T/data_card.md + .json)."""
+    input:
+        raw_excel=raw_excel,
+        kb=lambda wc: TENANTS[wc.tenant]["kb"]["path"],
+        gold_set=optional("gold_set"),
+        red_team=optional("red_team"),
+        queries=T("queries"),
+        teacher=T("teacher"),
+        validated=T("validated"),
+        train=T("train"),
+        val=T("val"),
+        test=T("test"),
+        summary=T("summary"),
+    output:
+        md=T("data_card"),
+        json=T("data_card_json"),
+    log:
+        "logs/{tenant}/data_card.log",
+    benchmark:
+        "benchmarks/{tenant}/data_card.tsv"
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    params:
+        config=RESOLVED_CONFIG,
+    container:
+        CONTAINERS["cpu"]
+    conda:
+        CONDA_ENVS["cpu"]
+    shell:
+        logged("qrewrite data-card --config {params.config} --tenant {wildcards.tenant} --queries {input.queries}"
+               " --teacher {input.teacher} --validated {input.validated} --train {input.train} --val {input.val}"
+               " --test {input.test} --summary {input.summary} --out {output.md} --out-json {output.json} 2> {log}")

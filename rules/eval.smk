@@ -10,6 +10,8 @@ if MODEL_CANDIDATES:
             model=eval_model,
             test=T(EVAL["split"]),
             queries=T("queries"),
+            gold_set=optional("gold_set"),
+            red_team=optional("red_team"),
         output:
             E("rewrites"),
         wildcard_constraints:
@@ -46,6 +48,9 @@ if OTHER_CANDIDATES:
             test=T(EVAL["split"]),
             queries=T("queries"),
             teacher=T("teacher"),
+            kb=lambda wc: TENANTS[wc.tenant]["kb"]["path"],  # the teacher rewrites gold/red-team rows it has not seen
+            gold_set=optional("gold_set"),
+            red_team=optional("red_team"),
         output:
             E("rewrites"),
         wildcard_constraints:
@@ -77,6 +82,8 @@ rule eval:
         queries=T("queries"),
         kb=lambda wc: TENANTS[wc.tenant]["kb"]["path"],
         judge_labels=lambda wc: TENANTS[wc.tenant]["judge_labels"] or [],
+        gold_set=optional("gold_set"),
+        red_team=optional("red_team"),
         rewrites=eval_rewrites_of,
     output:
         eval_json=report(E("eval_json"), category="Evaluation", subcategory="{tenant}", labels={"tenant": "{tenant}", "file": "eval.json"}),
@@ -110,6 +117,7 @@ rule report:
         eval_json=[eval_paths(t)["eval_json"] for t in TENANTS],
         examples=[eval_paths(t)["examples"] for t in TENANTS],
         summary=[tenant_paths(t)["summary"] for t in TENANTS],
+        data_card=[tenant_paths(t)[k] for t in TENANTS for k in ("data_card", "data_card_json")],
         tb=[tenant_paths(t)[k] for t in TENANTS for k in ("tb_sft", "tb_rl")],
     output:
         report(REPORT_HTML, category="Report", labels={"file": "index.html"}),

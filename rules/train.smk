@@ -37,6 +37,7 @@ rule sft:
         base=BASE_MODEL,
         train=T("train"),
         val=T("val"),
+        data_card=T("data_card_json"),
     output:
         adapter=directory(T("sft_model")),
         tb=directory(T("tb_sft")),
@@ -60,8 +61,8 @@ rule sft:
         CONDA_ENVS["swift"]
     shell:
         logged("qrewrite sft --config {params.config} --tenant {wildcards.tenant} --base {input.base}"
-               " --train {input.train} --val {input.val} --out {output.adapter} --run-dir {params.run_dir}"
-               " --tb {output.tb} --stats {output.stats} --threads {threads} > {log} 2>&1")
+               " --train {input.train} --val {input.val} --data-card {input.data_card} --out {output.adapter}"
+               " --run-dir {params.run_dir} --tb {output.tb} --stats {output.stats} --threads {threads} > {log} 2>&1")
 
 
 rule merge_sft:
@@ -94,6 +95,7 @@ rule rl_data:
         train=T("train"),
         val=T("val"),
         queries=T("queries"),
+        red_team=optional("red_team"),
     output:
         train=T("rl_train"),
         val=T("rl_val"),
@@ -102,6 +104,7 @@ rule rl_data:
     params:
         config=RESOLVED_CONFIG,
         val_share=config["rl"]["val_share"],
+        red_team_share=config["rl"]["red_team_share"],
         out_dir=P("rl_dir"),
     log:
         "logs/{tenant}/rl_data.log",

@@ -133,6 +133,11 @@ class Project:
                          "--out", p["validated"], "--stats", p["stats_validate"]],
             "split": ["split", *base, "--queries", p["queries"], "--teacher", p["teacher"], "--validated",
                       p["validated"], "--out-dir", p["sft_dir"], "--stats", p["stats_split"]],
+            "summarize": ["summarize", "--tenant", tenant, "--stats",
+                          *(p[f"stats_{s}"] for s in ("ingest", "teacher", "validate", "split")), "--out", p["summary"]],
+            "data-card": ["data-card", *base, "--queries", p["queries"], "--teacher", p["teacher"], "--validated",
+                          p["validated"], "--train", p["train"], "--val", p["val"], "--test", p["test"],
+                          "--summary", p["summary"], "--out", p["data_card"], "--out-json", p["data_card_json"]],
         }[name]
         return self.qrewrite(*argv, **kw)
 

@@ -246,15 +246,21 @@ def test_api_candidate_and_api_judge_through_an_openai_compatible_server(data, f
     _, out = rewrites(data, "c_api.yaml", "api", env=env)
     n_test = len(data.read_jsonl(P["test"]))
     sent = len(fake_openai.requests())
-    assert sent == n_test
-    rows = data.read_jsonl(out)
+    from qrewrite.config import load_config, tenant_config
+    from qrewrite.eval.candidates import extra_rows
+
+    n_extra = len(extra_rows(tenant_config(load_config(data.root / "c_api.yaml"), T)))  # gold + red-team rows
+    assert sent == n_test + n_extra
+    all_rows = data.read_jsonl(out)
+    rows = [r for r in all_rows if r["set"] == "test"]
+    assert len(rows) == n_test
     assert all(r["status"] == "ok" and r["rewrite"].startswith("改写：") for r in rows)
     r = rows[0]
     assert r["cost_usd"] == pytest.approx(r["usage"]["prompt_tokens"] * 2e-6 + r["usage"]["completion_tokens"] * 8e-6)
     assert r["latency_s"] > 0
     rewrites(data, "c_api.yaml", "api", env=env)
     assert len(fake_openai.requests()) == sent  # cached
-    assert data.read_jsonl(out) == rows
+    assert data.read_jsonl(out) == all_rows
     files = [rewrites(data, "c_api.yaml", c, env=env)[1] for c in ("raw", "teacher")] + [out]
     run_eval(data, "c_api.yaml", files, env=env)
     doc = json.loads((data.root / E["eval_json"]).read_text())
@@ -264,7 +270,7 @@ def test_api_candidate_and_api_judge_through_an_openai_compatible_server(data, f
         assert doc["candidates"][name]["judge"] == {**doc["candidates"][name]["judge"], "mean": 4.0, "n": judged}
     assert doc["comparisons"]["api_vs_teacher"]["judge"]["n"] == judged
     api_c = doc["candidates"]["api"]
-    assert api_c["cost_per_1k_usd"] == pytest.approx(1000 * np.mean([x["cost_usd"] for x in rows]), rel=1e-6)
+    assert api_c["cost_per_1k_usd"] == pytest.approx(1000 * np.mean([x["cost_usd"] for x in rows]), abs=1e-6)  # 6 decimals
     assert api_c["model"] == "openai/test-model"
     assert "sk-test-not-a-real-key" not in (data.root / E["eval_json"]).read_text()
 

@@ -50,7 +50,8 @@ def make_chain(project: Project, slurm: str | None = None) -> dict[str, Path]:
         t0 = time.time()
         out = {
             "sft": write_lineage(P["sft_model"], rule="sft", tenant=T, config=cfg, env="swift", started=t0 - 60,
-                                 ended=t0, inputs={"base": BASE_MODEL, "train": P["train"], "val": P["val"]},
+                                 ended=t0, inputs={"base": BASE_MODEL, "train": P["train"], "val": P["val"],
+                                                   "data_card": P["data_card_json"]},
                                  params={"learning_rate": 2e-4, "max_steps": 2}, usage={"gpu_s": 1.5}),
             "merge": write_lineage(P["sft_merged"], rule="merge_sft", tenant=T, config=cfg, env="swift",
                                    started=t0, ended=t0 + 5, inputs={"base": BASE_MODEL, "adapter": P["sft_model"]},
@@ -78,7 +79,7 @@ def data_half(root: Path, n_queries: int) -> Project:
     cfg["tenants"] = [t for t in cfg["tenants"] if t["name"] == T]
     project.set_config(cfg)
     project.keep_queries(T, n_queries)
-    for stage in ("build-excel", "ingest", "teach", "validate", "split"):
+    for stage in ("build-excel", "ingest", "teach", "validate", "split", "summarize", "data-card"):
         project.stage(stage)
     return project
 
@@ -149,7 +150,10 @@ def test_verify_fails_naming_the_artifact_whenever_any_upstream_byte_changes(cha
     assert verify_lineage(model) == []
     doc = lineage(project, "rl_model")
     targets = [e["path"] for e in doc["upstream"]] + [f"{P['rl_model']}/{f}" for f in doc["model"]["files"]]
-    assert len(set(targets)) == len(targets) == 17  # 14 upstream artifacts + the model's 3 files
+    # 23 upstream artifacts (the data half, its stats, summary and data card, gold and red-team sets, base and
+    # SFT models, RL files) + the model's 3 files
+    assert len(set(targets)) == len(targets) == 26
+    assert {P["data_card_json"], P["summary"], P["stats_split"]} <= set(targets)
     for rel in targets:
         changed, blob = _flip_one_byte(project.root / rel)
         try:

@@ -44,6 +44,19 @@ def eval_rows(test_path: str, queries_path: str, max_rows: int | None) -> list[d
     return rows
 
 
+def extra_rows(tenant: dict) -> list[dict]:
+    """The rows every candidate rewrites besides the split: the gold set (`set: gold`) and the eval half of the
+    red-team set (`set: red_team`, with its attack and checks); [] for a tenant with neither."""
+    from ..gold_set import tenant_gold_set
+    from ..red_team import tenant_red_team
+
+    gold = [{**r, "set": "gold"} for r in tenant_gold_set(tenant)]
+    red = [{"query_id": r["query_id"], "raw_row": None, "query": r["query"], "profile": r["profile"],
+            "history": r["history"], "gold_doc_ids": [], "set": "red_team", "attack": r["attack"],
+            "expect": r["expect"]} for r in tenant_red_team(tenant, use="eval")]
+    return gold + red
+
+
 def candidate_spec(cfg: dict, name: str) -> dict:
     for c in cfg["eval"]["candidates"]:
         if c["name"] == name:
@@ -64,7 +77,7 @@ def model_path(spec: dict, tenant: dict) -> str:
 
 
 def _base(spec: dict, row: dict) -> dict:
-    return {"query_id": row["query_id"], "candidate": spec["name"], "kind": spec["kind"]}
+    return {"query_id": row["query_id"], "set": row.get("set", "test"), "candidate": spec["name"], "kind": spec["kind"]}
 
 
 def raw_rewrites(spec: dict, rows: list[dict]) -> list[dict]:
@@ -79,8 +92,20 @@ def query_history_rewrites(spec: dict, rows: list[dict]) -> list[dict]:
              "latency_s": 0.0, "compute_s": 0.0, "cost_usd": 0.0, "usage": None} for r in rows]
 
 
-def teacher_rewrites(spec: dict, rows: list[dict], teacher_path: str) -> list[dict]:
+def teacher_rewrites(spec: dict, rows: list[dict], teacher_path: str, cfg: dict | None = None,
+                     tenant: dict | None = None) -> list[dict]:
+    """The recorded teacher rows; gold and red-team rows the data half never saw (a red-team query, a gold row
+    outside the Excel) are rewritten now by the same teacher stage code (cached like the data half's calls),
+    which needs `cfg` and `tenant`. A split row missing from teacher.jsonl is an error."""
     teacher = {t["id"]: t for t in read_jsonl(teacher_path)}
+    unseen = [r for r in rows if r["query_id"] not in teacher and r.get("set") in ("gold", "red_team")]
+    if unseen and cfg is not None:
+        from ..teacher.stage import run_teacher
+
+        live, _ = asyncio.run(run_teacher(cfg, tenant, [{"id": r["query_id"], "query": r["query"],
+                                                          "profile": r["profile"], "history": r["history"]}
+                                                         for r in unseen], progress=False))
+        teacher.update({t["id"]: t for t in live})
     out = []
     for r in rows:
         t = teacher.get(r["query_id"])

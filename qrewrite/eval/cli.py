@@ -33,8 +33,8 @@ def check_eval_config(cfg: dict) -> None:
 
 def cmd_eval_rewrites(args) -> None:
     from ..io_utils import write_jsonl
-    from .candidates import (api_rewrites, candidate_spec, eval_rows, model_rewrites, query_history_rewrites,
-                             raw_rewrites, teacher_rewrites)
+    from .candidates import (api_rewrites, candidate_spec, eval_rows, extra_rows, model_rewrites,
+                             query_history_rewrites, raw_rewrites, teacher_rewrites)
 
     cfg, tenant = _cfg(args)
     spec = candidate_spec(cfg, args.candidate)
@@ -42,7 +42,7 @@ def cmd_eval_rewrites(args) -> None:
         from ..envs import ensure_env
 
         ensure_env("swift", args.argv)  # transformers lives in the ms-swift env
-    rows = eval_rows(args.test, args.queries, cfg["eval"]["max_rows"])
+    rows = eval_rows(args.test, args.queries, cfg["eval"]["max_rows"]) + extra_rows(tenant)
     kind = spec["kind"]
     if kind == "raw":
         out = raw_rewrites(spec, rows)
@@ -51,7 +51,7 @@ def cmd_eval_rewrites(args) -> None:
     elif kind == "teacher":
         if not args.teacher:
             raise QrewriteError(f"candidate {spec['name']} (kind teacher) needs --teacher results/T/teacher.jsonl")
-        out = teacher_rewrites(spec, rows, args.teacher)
+        out = teacher_rewrites(spec, rows, args.teacher, cfg, tenant)
     elif kind == "openai":
         out = api_rewrites(spec, cfg, tenant, rows)
     else:
@@ -68,11 +68,12 @@ def cmd_eval(args) -> None:
     from pathlib import Path
 
     from ..io_utils import read_jsonl, write_json, write_jsonl
-    from .candidates import eval_rows
+    from .candidates import eval_rows, extra_rows
     from .score import evaluate
 
     cfg, tenant = _cfg(args)
     rows = eval_rows(args.test, args.queries, cfg["eval"]["max_rows"])
+    extra = extra_rows(tenant)
     rewrites, info = {}, {}
     for path in args.rewrites:
         rws = read_jsonl(path)
@@ -87,7 +88,7 @@ def cmd_eval(args) -> None:
     if missing:
         raise QrewriteError(f"no rewrites given for candidates {missing}",
                             hint="pass every candidate's results/T/eval/<candidate>.jsonl with --rewrites")
-    doc, examples, plots = evaluate(cfg, tenant, rows, rewrites, info)
+    doc, examples, plots = evaluate(cfg, tenant, rows, rewrites, info, extra=extra)
     write_json(args.out, doc)
     write_jsonl(args.examples, examples)
     write_json(args.plots, plots)

@@ -71,7 +71,8 @@ def _cost_per_1k(rewrites: list[dict], kind: str) -> tuple[float | None, str]:
     return round(1000.0 * sum(costs) / len(costs), 6), basis
 
 
-async def _score_all(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[str, list[dict]]) -> dict:
+async def _score_all(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[str, list[dict]],
+                     gold_rows: list[dict] | None = None) -> dict:
     settings = reward_settings(cfg)
     rag = make_rag(cfg, tenant)
     judge = make_tenant_judge(settings, tenant, settings["cache_dir"], rag)
@@ -85,13 +86,25 @@ async def _score_all(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[s
                 raise QrewriteError(f"candidate {name} has no rewrite for {len(missing)} eval queries "
                                     f"(first: {missing[0]})", hint="rerun its eval-rewrites step")
             out[name] = await _score_candidate(rag, judge, rows, by_id, share, cfg["rag"]["quality"])
+        gold = {}
+        if gold_rows:  # after the split's rows, so the judge counters above stay the split's own
+            from .sets import CHECKED
+
+            checked = {r["query_id"]: {"status": "ok", "rewrite": r["checked_rewrite"]} for r in gold_rows}
+            for name, rws in [(CHECKED, None), *rewrites.items()]:
+                by_id = checked if rws is None else {r["query_id"]: r for r in rws}
+                missing = [r["query_id"] for r in gold_rows if r["query_id"] not in by_id]
+                if missing:
+                    raise QrewriteError(f"candidate {name} has no rewrite for {len(missing)} gold-set rows "
+                                        f"(first: {missing[0]})", hint="rerun its eval-rewrites step")
+                gold[name] = await _score_candidate(rag, judge, gold_rows, by_id, share, cfg["rag"]["quality"])
         judge_stats = judge.stats() if hasattr(judge, "stats") else {}
         labels = None
         if tenant.get("judge_labels"):
             # Measured after the candidates, so the judge's call counters above are the candidates' own.
             labels = {"path": tenant["judge_labels"],
                       **await judge_auc(judge, load_judge_labels(tenant["judge_labels"]))}
-        return {"scored": out, "judge_stats": judge_stats, "judge_model": getattr(judge, "model", None),
+        return {"scored": out, "gold": gold, "judge_stats": judge_stats, "judge_model": getattr(judge, "model", None),
                 "judge_provider": getattr(judge, "provider", None), "judge_labels": labels}
     finally:
         await rag.aclose()
@@ -99,8 +112,13 @@ async def _score_all(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[s
 
 
 def evaluate(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[str, list[dict]],
-             info: dict[str, dict] | None = None) -> tuple[dict, list[dict], list[dict]]:
-    """(eval.json document, examples rows, plots rows) for `rewrites` = {candidate: rewrite rows}."""
+             info: dict[str, dict] | None = None, extra: list[dict] | None = None) -> tuple[dict, list[dict], list[dict]]:
+    """(eval.json document, examples rows, plots rows) for `rewrites` = {candidate: rewrite rows}. `extra`: gold
+    and red-team rows (`candidates.extra_rows`), reported apart under `gold_set` / `red_team`."""
+    from .sets import gold_section, red_team_section
+
+    gold_rows = [r for r in extra or [] if r["set"] == "gold"]
+    red_rows = [r for r in extra or [] if r["set"] == "red_team"]
     ecfg = cfg["eval"]
     kinds = {c["name"]: c["kind"] for c in ecfg["candidates"]}
     unknown = sorted(set(rewrites) - set(kinds))
@@ -113,7 +131,7 @@ def evaluate(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[str, list
     if cfg["rag"]["top_k"] < 5:
         raise QrewriteError(f"rag.top_k is {cfg['rag']['top_k']}: Hit@5 needs at least 5 retrieved documents",
                             hint="set rag.top_k: 5 or more")
-    res = asyncio.run(_score_all(cfg, tenant, rows, rewrites))
+    res = asyncio.run(_score_all(cfg, tenant, rows, rewrites, gold_rows))
     scored = res["scored"]
     boot = ecfg["bootstrap"]
     bkw = dict(samples=boot["samples"], seed=boot["seed"], confidence=boot["confidence"])
@@ -121,8 +139,9 @@ def evaluate(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[str, list
     base_q = [s["quality"] for s in scored[baseline]]
 
     candidates = {}
+    split_ids = {r["query_id"] for r in rows}
     for name, per in scored.items():
-        rws = rewrites[name]
+        rws = [r for r in rewrites[name] if r["query_id"] in split_ids]  # gold / red-team rows are reported apart
         outcomes = [win(s["quality"], bq, eps) for s, bq in zip(per, base_q)]
         n = len(per)
         cost, basis = _cost_per_1k(rws, kinds[name])
@@ -175,8 +194,23 @@ def evaluate(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[str, list
         "headline": headline,
         "candidates": candidates,
         "comparisons": comparisons,
+        "gold_set": gold_section(gold_rows, res["gold"], bkw) if gold_rows else None,
+        "red_team": red_team_section(red_rows, _by_id(rewrites, red_rows)) if red_rows else None,
     }
     return doc, _examples(cfg, rows, scored, rewrites), _plot_rows(candidates, baseline)
+
+
+def _by_id(rewrites: dict[str, list[dict]], rows: list[dict]) -> dict[str, dict[str, dict]]:
+    """{candidate: {query_id: rewrite row}}, every row of `rows` present (else a clear error)."""
+    out = {}
+    for name, rws in rewrites.items():
+        by_id = {r["query_id"]: r for r in rws}
+        missing = [r["query_id"] for r in rows if r["query_id"] not in by_id]
+        if missing:
+            raise QrewriteError(f"candidate {name} has no rewrite for {len(missing)} red-team rows (first: "
+                                f"{missing[0]})", hint="rerun its eval-rewrites step")
+        out[name] = by_id
+    return out
 
 
 def _examples(cfg: dict, rows: list[dict], scored: dict, rewrites: dict) -> list[dict]:

@@ -265,6 +265,54 @@ def signals_block(doc: dict, summary: dict) -> str:
     return "<table><tr><th>check</th><th>value</th><th>detail</th></tr>" + "".join(rows) + "</table>"
 
 
+def gold_block(doc: dict) -> str:
+    """eval.json gold_set: every candidate on the rows a person checked, beside the checked rewrite itself."""
+    g = doc.get("gold_set")
+    if not g:
+        return "<p class=note>No gold set (tenants[].gold_set).</p>"
+    labels = {"hit_at_1": "Hit@1", "hit_at_5": "Hit@5", "mrr": "MRR", "quality": "quality q", "judge": "judge (1–5)",
+              "char_f1": "char F1 vs checked", "exact_match": "exact match"}
+    rows = "".join(f"<tr><td class=l><b>{escape(n)}</b></td>" + "".join(_ci_cell(c[m], 2 if m == "judge" else 3)
+                                                                      for m in labels) + "</tr>"
+                   for n, c in g["candidates"].items())
+    return (f"<p class=note>{g['n']} queries whose rewrite a person checked ({g['n_with_gold']} with gold documents), "
+            f"held out of every split; <b>{escape(g['reference'])}</b> is the checked rewrite itself.</p><table><tr>"
+            "<th class=l>candidate</th>" + "".join(f"<th>{v}</th>" for v in labels.values()) + "</tr>" + rows
+            + "</table>")
+
+
+def red_team_block(doc: dict) -> str:
+    """eval.json red_team: pass rate per candidate, overall and per attack type."""
+    r = doc.get("red_team")
+    if not r:
+        return "<p class=note>No red-team set (tenants[].red_team).</p>"
+    attacks = list(next(iter(r["candidates"].values()))["by_attack"])
+    rows = "".join(f"<tr><td class=l><b>{escape(n)}</b></td><td>{c['passed']} / {c['n']} ({c['pass_rate']:.0%})</td>"
+                   + "".join(f"<td>{c['by_attack'][a]['passed']} / {c['by_attack'][a]['n']}</td>" for a in attacks)
+                   + "</tr>" for n, c in r["candidates"].items())
+    fails = "".join(f"<li><code>{escape(f['id'])}</code> {escape(n)} ({escape(f['attack'])}): failed "
+                    f"{escape(', '.join(f['failed']))} — {escape(f['rewrite'][:80] or '∅')}</li>"
+                    for n, c in r["candidates"].items() for f in c["failures"])
+    return (f"<p class=note>{r['n']} adversarial rows ({escape(r['use'])}); a row passes when every check of its "
+            "`expect` passes (qrewrite/red_team.py).</p><table><tr><th class=l>candidate</th><th>passed</th>"
+            + "".join(f"<th>{escape(a)}</th>" for a in attacks) + "</tr>" + rows + "</table>"
+            + (f"<details><summary>failures</summary><ul>{fails}</ul></details>" if fails else ""))
+
+
+def data_card_block(tenant: str) -> str:
+    """Link to the dataset's card (results/T/data_card.md, relative to reports/index.html) and its headline."""
+    p = tenant_paths(tenant)
+    if not Path(p["data_card_json"]).is_file():
+        return f"<p class=note>No data card at <code>{escape(p['data_card_json'])}</code>.</p>"
+    card = read_json(p["data_card_json"])
+    srcs = "; ".join(f"{escape(s['role'])} <code>{escape(s['path'])}</code> <span class=ci>{s['sha256'][:12]}</span>"
+                     for s in card["sources"])
+    biases = "".join(f"<li>{escape(b)}</li>" for b in card["known_biases"])
+    return (f"<p>Data card: <a href='../{escape(p['data_card'])}'>{escape(p['data_card'])}</a> "
+            f"(<a href='../{escape(p['data_card_json'])}'>json</a>). Sources: {srcs}.</p>"
+            f"<details><summary>known biases</summary><ul>{biases}</ul></details>")
+
+
 def tenant_section(tenant: str, doc: dict, examples: list[dict], summary: dict) -> str:
     j = doc["judge"]
     return (f"<section id='{escape(tenant)}'><h2>{escape(tenant)}</h2>"
@@ -277,7 +325,9 @@ def tenant_section(tenant: str, doc: dict, examples: list[dict], summary: dict) 
             f"<h3>Metrics with {doc['bootstrap']['confidence']:.0%} intervals</h3>{metric_bars(doc)}"
             f"<h3>Paired comparisons</h3>{comparison_table(doc)}"
             f"<h3>Training curves (TensorBoard)</h3>{curves(tenant)}"
-            f"<h3>Data</h3>{funnel_block(summary)}"
+            f"<h3>Gold set (checked rewrites)</h3>{gold_block(doc)}"
+            f"<h3>Red team</h3>{red_team_block(doc)}"
+            f"<h3>Data</h3>{data_card_block(tenant)}{funnel_block(summary)}"
             f"<h3>Biggest wins and losses (by retrieval quality q)</h3>{examples_block(examples, list(doc['candidates']))}"
             f"<h3>Lineage</h3>{lineage_block(tenant)}</section>")
 

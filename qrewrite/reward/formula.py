@@ -18,7 +18,7 @@ TANH_SCALE = 3.0
 # and numeric (no None, no NaN: an absent judge score is 0.0 with judge_sampled = 0).
 REWARD_KEYS = ("score", "judge_term", "retrieval_term", "win_term", "rank_term", "rank_rr", "rank_label",
                "judge_sampled", "judge_failed", "judge_student", "judge_teacher", "q_student", "q_teacher",
-               "student_top1", "teacher_top1", "win")
+               "student_top1", "teacher_top1", "win", "red_team", "red_team_passed")
 # rank_label: which documents the rank term ranks (0 none, 1 gold, 2 the teacher's top document).
 RANK_LABELS = {None: 0, "gold": 1, "teacher": 2}
 
@@ -124,4 +124,19 @@ def reward_dict(*, q_student: float, q_teacher: float, student_top1: float, teac
         "student_top1": float(student_top1),
         "teacher_top1": float(teacher_top1),
         "win": int(outcome),
+        "red_team": 0,
+        "red_team_passed": 0.0,
     }
+
+
+def red_team_reward_dict(results: dict[str, bool]) -> dict:
+    """The reward record of a red-team rollout (keys: ``REWARD_KEYS``): its score is the checks' reward
+    (``qrewrite.red_team.reward``: +1 when all pass, else -1 + the share passed), with no teacher, retrieval or
+    judge term (an adversarial row has no teacher rewrite to compare with); ``red_team_passed`` is the share of
+    its checks passed. The other components are 0 so verl can stack the keys."""
+    from ..red_team import reward
+
+    record = {k: 0.0 for k in REWARD_KEYS}
+    record.update(score=float(reward(results)), rank_label=0, judge_sampled=0, judge_failed=0, win=0, red_team=1,
+                  red_team_passed=sum(results.values()) / len(results))
+    return record

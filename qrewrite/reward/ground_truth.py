@@ -8,7 +8,7 @@ writes it, the training envs read it.
 
 Keys: ``query_id``, ``query``, ``profile``, ``history`` (the conversation the rewrite must resolve; ""
 when the user has none), ``teacher_rewrite``, ``teacher_retrieval`` (``top1``, ``mean_top3``,
-``doc_ids``[, ``hits``]), ``gold_doc_ids``.
+``doc_ids``[, ``hits``]), ``gold_doc_ids``[, ``red_team``: a red-team row's checks].
 """
 
 from __future__ import annotations
@@ -48,6 +48,8 @@ def make_ground_truth(record: Mapping[str, Any]) -> dict[str, Any]:
                          for h in tr["hits"]]} if tr.get("hits") else {}),
         },
         "gold_doc_ids": [str(d) for d in (record.get("gold_doc_ids") or [])],
+        # a red-team row: its checks replace the teacher comparison in the reward (qrewrite.red_team)
+        **({"red_team": record["red_team"]} if record.get("red_team") else {}),
     }
 
 

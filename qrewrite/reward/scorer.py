@@ -54,6 +54,7 @@ class RewardSample:
     gold_doc_ids: list[str] = field(default_factory=list)
     profile: str = ""
     history: str = ""
+    red_team: dict | None = None               # {attack, expect} of a red-team row: the checks are the reward
 
 
 # ------------------------------------------------------------------------------ rollout text cleanup
@@ -108,7 +109,7 @@ LOG_EVERY = 512
 # judge_calls, judge_cache_hits, judge_failures[_<kind>].
 STAT_KEYS = ("samples", "rag_calls", "rag_cache_hits", "rag_disk_hits", "rag_skipped_empty",
              "teacher_retrieval_fallback", "judge_sampled", "judge_unsampled", "judge_failed_samples",
-             "judge_requests", "judge_memo_hits")
+             "judge_requests", "judge_memo_hits", "red_team_samples")
 
 
 def _bounded_put(memo: dict, key, value, cap: int = MEMO_CAP) -> None:
@@ -253,6 +254,12 @@ class RewardScorer:
         return [], None
 
     async def _score_one(self, s: RewardSample) -> dict:
+        if s.red_team:  # adversarial row: no teacher side; the pure checks grade the rollout
+            from ..red_team import check_rewrite
+
+            self.counters["samples"] += 1
+            self.counters["red_team_samples"] += 1
+            return formula.red_team_reward_dict(check_rewrite(s.rollout, s.red_team["expect"]))
         hits, (q_teacher, teacher_top1), (j_s, j_t, failed) = await asyncio.gather(
             self.retrieve(s.query, s.rollout), self._teacher_side(s), self._judge_pair(s))
         self.counters["samples"] += 1
@@ -378,4 +385,4 @@ def sample_from_ground_truth(ground_truth, *, rollout: str) -> RewardSample:
         teacher_rewrite=gt.get("teacher_rewrite"), teacher_top1=_num(tr.get("top1")),
         teacher_mean_top3=_num(tr.get("mean_top3")), teacher_hits=hits if isinstance(hits, list) else None,
         gold_doc_ids=[str(d) for d in gt.get("gold_doc_ids") or []],
-        profile=str(gt["profile"] or ""), history=str(gt["history"] or ""))
+        profile=str(gt["profile"] or ""), history=str(gt["history"] or ""), red_team=gt.get("red_team") or None)

@@ -109,7 +109,8 @@ def cmd_sft(args) -> None:
     started = time.time()
     stats = run_sft(cfg, base=args.base, train=args.train, val=args.val, out=args.out, run_dir=args.run_dir,
                     tb_dir=args.tb, threads=args.threads)
-    _lineage(args.out, rule="sft", tenant=tenant, inputs={"base": args.base, "train": args.train, "val": args.val},
+    _lineage(args.out, rule="sft", tenant=tenant, inputs={"base": args.base, "train": args.train, "val": args.val,
+                                                    **({"data_card": args.data_card} if args.data_card else {})},
              params=stats["hparams"], cfg=cfg, env="swift", started=started,
              usage={"train_wall_s": stats["wall_s"], "steps": stats["steps"]})
     _write_stats(args.stats, {"tenant": tenant["name"], **stats})
@@ -136,8 +137,11 @@ def cmd_rl_data(args) -> None:
 
     cfg, tenant = _cfg(args)
     out = {k: str(Path(args.out_dir) / v) for k, v in RL_FILES.items()}
+    from ..red_team import tenant_red_team
+
     counts = write_rl_data(train=args.train, val=args.val, queries=args.queries, out=out,
-                           val_share=cfg["rl"]["val_share"])
+                           val_share=cfg["rl"]["val_share"], red_team=tenant_red_team(tenant, use="rl"),
+                           red_team_share=cfg["rl"]["red_team_share"], tenant=tenant)
     log.info("rl-data %s: %s", tenant["name"], counts)
 
 
@@ -188,6 +192,7 @@ def register(sub, common) -> None:
     p.add_argument("--base", required=True, help="base model folder")
     p.add_argument("--train", required=True, help="SFT train split (chat jsonl)")
     p.add_argument("--val", required=True, help="SFT val split (chat jsonl)")
+    p.add_argument("--data-card", help="results/T/data_card.json: listed in the model's lineage")
     p.add_argument("--out", required=True, help="adapter folder to create (models/T/sft)")
     p.add_argument("--run-dir", required=True, help="swift output_dir (all checkpoints, logging.jsonl)")
     p.add_argument("--tb", required=True, help="TensorBoard log dir")
