@@ -265,3 +265,22 @@ def test_multinode_verl_rule_runs_through_the_ray_launcher(project):
     launcher = f"{REPO}/slurm/ray_on_slurm.sh --image containers/verl.sif -- qrewrite rl "
     assert line.removeprefix("Shell command: ").startswith(launcher), line
     assert os.access(REPO / "slurm" / "ray_on_slurm.sh", os.X_OK)
+
+
+def test_reward_trend_needs_two_steps_per_third_and_compares_the_rise_with_its_noise():
+    from qrewrite.training.rl_summary import reward_trend
+
+    assert reward_trend([0.1, 0.2])["rise"] is None  # no third to compare
+    few = reward_trend([0.0, 0.1, 0.5, 0.2, 0.3])  # one step per third: a rise, no verdict
+    assert few["rise"] == pytest.approx(0.3) and few["rose_beyond_noise"] is None
+    steady = reward_trend([0.0, 0.02, 0.01, 0.2, 0.3, 0.4, 0.61, 0.6, 0.62])
+    assert steady["rose_beyond_noise"] is True and steady["rise"] == pytest.approx(0.6, abs=1e-3)
+    noisy = reward_trend([0.5, -0.5, 0.0, 0.1, 0.0, 0.2, -0.4, 0.6, 0.3])
+    assert noisy["rose_beyond_noise"] is False and noisy["se"] > 0
+
+
+def test_report_rolling_mean():
+    from qrewrite.report.build import rolling_mean
+
+    assert rolling_mean([(1, 0.0), (2, 1.0), (3, 2.0), (4, 3.0)], 2) == [(2, 0.5), (3, 1.5), (4, 2.5)]
+    assert rolling_mean([(1, 0.0)], 4) == []

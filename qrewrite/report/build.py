@@ -174,8 +174,37 @@ def curves(tenant: str) -> str:
         scalars = read_scalars(d)
         for ylabel, tags in groups:
             series = [{"name": t, "points": scalars.get(t, [])} for t in tags]
+            if ylabel == "reward":  # the trend without single-step noise
+                series.insert(1, {"name": f"reward_mean, rolling mean of {ROLLING}",
+                                  "points": rolling_mean(scalars.get(tags[0], []), ROLLING)})
             parts.append(svg.lines(f"{label} {ylabel} ({d})", series, y_label=ylabel))
-    return "<div class=grid>" + "".join(parts) + "</div>"
+    return "<div class=grid>" + "".join(parts) + "</div>" + reward_trend_note(tenant)
+
+
+ROLLING = 4
+
+
+def rolling_mean(points: list[tuple[int, float]], window: int) -> list[tuple[int, float]]:
+    """(step, mean of the last `window` values up to it) from the window-th point on."""
+    ys = [y for _, y in points]
+    return [(x, sum(ys[i + 1 - window:i + 1]) / window) for i, (x, _) in enumerate(points) if i + 1 >= window]
+
+
+def reward_trend_note(tenant: str) -> str:
+    """One line from stats_rl: did the RL reward rise beyond its noise (qrewrite.training.rl_summary)?"""
+    path = Path(tenant_paths(tenant)["stats_rl"])
+    if not path.is_file():
+        return ""
+    t = (json.loads(path.read_text(encoding="utf-8")).get("reward") or {}).get("trend")
+    if not t:
+        return ""
+    if t["rose_beyond_noise"] is None:
+        verdict = (f"too few steps to tell ({t['steps']} reward steps; a verdict needs 2 per third)"
+                   + (f"; last third − first third {t['rise']:+.3f}" if t["rise"] is not None else ""))
+    else:
+        verdict = (f"last third − first third of {t['steps']} steps: {t['rise']:+.3f} (2·SE {2 * t['se']:.3f}): "
+                   + ("<b>rose beyond its noise</b>" if t["rose_beyond_noise"] else "<b>not beyond its noise</b>"))
+    return f"<p class=note>RL reward trend: {verdict}.</p>"
 
 
 def funnel_block(summary: dict) -> str:
