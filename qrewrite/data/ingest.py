@@ -9,7 +9,6 @@ from collections import Counter
 from ..errors import QrewriteError
 from ..kb import tenant_kb
 from ..text import normalize
-from .excel import read_excel
 
 _GOLD_SPLIT = re.compile(r"[,，;；、\s]+")
 
@@ -22,6 +21,10 @@ def query_id(query: str, profile: str, history: str) -> str:
 
 def ingest(tenant: dict) -> tuple[list[dict], dict]:
     """Return (rows, stats). Drops are counted by reason, never silent."""
+    # here, not at the top: query_id is also used in the training envs (gold-set ids at eval), which have
+    # no openpyxl
+    from .excel import read_excel
+
     path = tenant["raw_excel"]
     raw = read_excel(path, tenant["columns"], tenant["sheet"])
     if not raw:
