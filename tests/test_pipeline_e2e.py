@@ -103,7 +103,7 @@ def run(tmp_path_factory):
     api = {"base_url": fake.url, "api_key_env": KEY_ENV, "timeout_s": 30}
     cfg["reward"] = {"judge": {"provider": "openai", "sample_share": 1.0,
                                "openai": {**api, "model": "judge-model", "max_retries": 2}}}
-    cfg["eval"].update({"max_rows": 3, "generation": {"batch_size": 1, "max_new_tokens": 16}})
+    cfg["eval"].update({"max_rows": 3, "generation": {"batch_size": 8, "max_new_tokens": 16}})
     # the zero-shot base model too (config.yaml leaves it out to save CPU time), with the schema's comparisons
     names = [c["name"] for c in cfg["eval"]["candidates"]]
     if "base" not in names:

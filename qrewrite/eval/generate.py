@@ -54,10 +54,10 @@ def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_s
     def prompt(row: dict) -> str:
         return tok.apply_chat_template(rewrite_messages(tenant, row), add_generation_prompt=True, tokenize=False)
 
-    def run(batch: list[dict]):
+    def run(batch: list[dict], new_tokens: int = max_new_tokens):
         enc = tok([prompt(r) for r in batch], return_tensors="pt", padding=True, add_special_tokens=False).to(device)
         with torch.inference_mode():
-            out = model.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id,
+            out = model.generate(**enc, do_sample=False, max_new_tokens=new_tokens, pad_token_id=tok.pad_token_id,
                                  temperature=None, top_p=None, top_k=None)
         return out[:, enc["input_ids"].shape[1]:]
 
@@ -69,20 +69,24 @@ def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_s
         return new, time.perf_counter() - start
 
     if rows:
-        run(rows[:1])  # warm-up, untimed
-    results = []
+        run(rows[:1], 4)  # warm-up, untimed
+    # Batches of similar prompt length waste little compute on padding (a red-team row can be 5x a test
+    # row); results go back in the rows' order.
+    lengths = [len(tok(prompt(r), add_special_tokens=False).input_ids) for r in rows]
+    order = sorted(range(len(rows)), key=lambda i: lengths[i])
+    results: list[dict | None] = [None] * len(rows)
     for i in range(0, len(rows), batch_size):
-        batch = rows[i:i + batch_size]
-        new, wall = timed(batch)
-        for row, ids in zip(batch, new):
+        idx = order[i:i + batch_size]
+        new, wall = timed([rows[j] for j in idx])
+        for j, ids in zip(idx, new):
             raw = tok.decode(ids, skip_special_tokens=False)
             n_new = int((ids != tok.pad_token_id).sum())
             # a multi-byte character cut by max_new_tokens decodes to U+FFFD: residue, not text
-            results.append({"query_id": row["query_id"], "rewrite": clean_rollout(raw).rstrip("\ufffd").strip(),
-                            "raw_completion": raw,
-                            "latency_s": round(wall, 6) if batch_size == 1 else None,
-                            "compute_s": round(wall / len(batch), 6), "new_tokens": n_new})
-        log.info("generated %d/%d", len(results), len(rows))
+            results[j] = {"query_id": rows[j]["query_id"], "rewrite": clean_rollout(raw).rstrip("\ufffd").strip(),
+                          "raw_completion": raw,
+                          "latency_s": round(wall, 6) if batch_size == 1 else None,
+                          "compute_s": round(wall / len(idx), 6), "new_tokens": n_new}
+        log.info("generated %d/%d", min(i + batch_size, len(rows)), len(rows))
     if batch_size > 1:
         for res, row in zip(results, rows[:latency_sample]):
             res["latency_s"] = round(timed([row])[1], 6)
