@@ -13,8 +13,8 @@ from .errors import QrewriteError
 
 log = logging.getLogger("qrewrite")
 
-# Modules that add subcommands for the later stages (training, eval, lineage).
-SUBCOMMAND_MODULES = ("qrewrite.training.cli", "qrewrite.lineage_cli", "qrewrite.eval.cli")
+# Modules that add subcommands for the later stages (training, eval, lineage, deploy).
+SUBCOMMAND_MODULES = ("qrewrite.training.cli", "qrewrite.lineage_cli", "qrewrite.eval.cli", "qrewrite.deploy.cli")
 
 
 def _common(p: argparse.ArgumentParser, tenant: bool = True) -> None:
