@@ -76,6 +76,10 @@ def _in_process(path: str, rows: list[dict], candidate: str) -> dict[str, dict]:
     return by_id
 
 
+def _same(a: float | None, b: float | None) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None and abs(a - b) <= 1e-6)
+
+
 def _text(r: dict) -> str:
     return (r.get("rewrite") or "").strip() if r.get("status") == "ok" else ""
 
@@ -145,7 +149,8 @@ def run_check(cfg: dict, tenant: dict, rows: list[dict], *, model: str, eval_jso
         by_level[str(c)] = {
             "served": stats.mean_ci(served, **bkw),
             "paired_served_minus_in_process": paired,
-            "within_noise": paired["diff"] is not None and paired["ci_low"] <= 0 <= paired["ci_high"],
+            # None: no row with gold, nothing to compare
+            "within_noise": None if paired["diff"] is None else paired["ci_low"] <= 0 <= paired["ci_high"],
             "identical_rewrites": same, "identical_share": round(same / len(rows), 6),
         }
     head = str(levels[0])
@@ -168,8 +173,7 @@ def run_check(cfg: dict, tenant: dict, rows: list[dict], *, model: str, eval_jso
             "served": by_level[head]["served"]["mean"],
             "in_process": inproc_h1["mean"],
             "in_process_eval_json": recorded_h1,
-            "eval_json_reproduced": recorded_h1 is not None and inproc_h1["mean"] is not None
-            and abs(recorded_h1 - inproc_h1["mean"]) <= 1e-6,
+            "eval_json_reproduced": _same(recorded_h1, inproc_h1["mean"]),
             "headline_concurrency": levels[0],
             "paired_served_minus_in_process": by_level[head]["paired_served_minus_in_process"],
             "within_noise": by_level[head]["within_noise"],

@@ -23,6 +23,10 @@ def cmd_deploy(args) -> None:
                     server_log=args.server_log, threads=args.threads)
     write_json(args.out, doc)
     h = doc["hit_at_1"]
+    if not h["eval_json_reproduced"]:
+        log.warning("eval.json records Hit@1 %s for %s, but its rewrites score %s through the RAG now: the RAG "
+                    "service or KB changed since the eval; the paired difference uses the rescored value",
+                    h["in_process_eval_json"], doc["candidate"], h["in_process"])
     log.info("deploy %s: Hit@1 served %s vs in-process %s (paired diff %s, within noise: %s) -> %s", tenant["name"],
              h["served"], h["in_process"], h["paired_served_minus_in_process"]["diff"], h["within_noise"], args.out)
 
