@@ -222,3 +222,25 @@ def test_the_server_dies_with_the_check(tmp_path, sig):
     while alive(pid) and time.time() < deadline:
         time.sleep(0.1)
     assert not alive(pid) and not port_open(port)
+
+
+def test_backend_choice_and_the_vllm_command(monkeypatch):
+    """auto takes vLLM where it is importable (a GPU node), else ms-swift; a named backend must be installed."""
+    from qrewrite.deploy import server
+    from qrewrite.errors import QrewriteError
+
+    installed = {"swift"}
+    monkeypatch.setattr(server.importlib.util, "find_spec", lambda m: object() if m in installed else None)
+    assert server.choose_backend("auto")[0] == "swift"
+    with pytest.raises(QrewriteError, match="deploy.backend is vllm but 'vllm' is not importable"):
+        server.choose_backend("vllm")
+    installed.add("vllm")
+    assert server.choose_backend("auto")[0] == "vllm"
+    installed.clear()
+    with pytest.raises(QrewriteError, match="neither vllm nor ms-swift"):
+        server.choose_backend("auto")
+    argv = server.server_argv("vllm", "models/t/rl", host="127.0.0.1", port=8001, name="t-rewriter", device="cuda",
+                              model_type="qwen3", template="qwen3", max_batch_size=8, max_model_len=2048,
+                              launcher=["/env/bin/vllm", "serve"])
+    assert argv == ["/env/bin/vllm", "serve", "models/t/rl", "--host", "127.0.0.1", "--port", "8001",
+                    "--served-model-name", "t-rewriter", "--dtype", "bfloat16", "--max-model-len", "2048"]
