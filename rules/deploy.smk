@@ -2,24 +2,7 @@
 # RL model) as an OpenAI-compatible endpoint on loopback, sends the eval split through it and the RAG
 # provider, and writes reports/T/deploy.json (latency, throughput, Hit@1 vs the in-process eval, the
 # production command). It measures a machine rather than making an artifact another stage uses.
-
-from qrewrite.deploy import deploy_candidate
-from qrewrite.paths import deploy_json
-
-DEPLOY = config["deploy"]
-
-
-def deploy_targets():
-    return [deploy_json(t) for t in SELECTED]
-
-
-def deploy_model(wc):
-    return model_path(deploy_candidate(config), TENANTS[wc.tenant])
-
-
-def deploy_rewrites(wc):
-    return eval_paths(wc.tenant)["rewrites"].format(candidate=deploy_candidate(config)["name"])
-
+# Its helpers (deploy_targets, deploy_model, deploy_rewrites) are in rules/common.smk.
 
 rule deploy_check:
     """Serve the model on loopback, the eval rows through it at each concurrency level, Hit@1 through the RAG."""
@@ -32,6 +15,7 @@ rule deploy_check:
     output:
         deploy_json("{tenant}"),
     params:
+        config=RESOLVED_CONFIG,
         deploy=DEPLOY,
         generation=EVAL["generation"],
         max_rows=EVAL["max_rows"],
@@ -44,7 +28,10 @@ rule deploy_check:
         runtime=60,
     container:
         CONTAINERS["swift"]
+    conda:
+        CONDA_ENVS["swift"]
     shell:
-        "qrewrite deploy --config {RESOLVED_CONFIG} --tenant {wildcards.tenant} --model {input.model}"
-        " --test {input.test} --queries {input.queries} --eval-json {input.eval_json} --eval-rewrites {input.rewrites}"
-        " --server-log {log.server} --threads {threads} --out {output} 2> {log.cmd}" + SHOW_LOG_ON_ERROR
+        logged("qrewrite deploy --config {params.config} --tenant {wildcards.tenant} --model {input.model}"
+               " --test {input.test} --queries {input.queries} --eval-json {input.eval_json}"
+               " --eval-rewrites {input.rewrites} --server-log {log.server} --threads {threads} --out {output}"
+               " 2> {log.cmd}")

