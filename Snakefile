@@ -8,6 +8,7 @@ include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/train.smk"
 include: "rules/eval.smk"
+include: "rules/deploy.smk"
 
 
 rule all:
@@ -25,3 +26,9 @@ rule data:
 rule models:
     input:
         data_targets() + model_targets(),
+
+
+# Serving check (not in `all`: it measures the machine, no stage uses it): reports/T/deploy.json per tenant.
+rule deploy:
+    input:
+        deploy_targets(),

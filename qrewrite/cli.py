@@ -13,8 +13,8 @@ from .errors import QrewriteError
 
 log = logging.getLogger("qrewrite")
 
-# Modules that add subcommands for the later stages (training, eval, lineage).
-SUBCOMMAND_MODULES = ("qrewrite.training.cli", "qrewrite.lineage_cli", "qrewrite.eval.cli")
+# Modules that add subcommands for the later stages (training, eval, lineage, deploy).
+SUBCOMMAND_MODULES = ("qrewrite.training.cli", "qrewrite.lineage_cli", "qrewrite.eval.cli", "qrewrite.deploy.cli")
 
 
 def _common(p: argparse.ArgumentParser, tenant: bool = True) -> None:
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv  # commands that need another env (qrewrite.envs) re-run themselves with it
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("httpx", "httpcore", "openai"):
+    for noisy in ("httpx", "httpx2", "httpcore", "openai"):  # httpx2: the OpenAI SDK 3.x transport
         logging.getLogger(noisy).setLevel(logging.WARNING)
     start = time.perf_counter()
     try:

@@ -93,3 +93,8 @@ def eval_paths(tenant: str) -> dict[str, str]:
         "examples": f"{REPORTS}/{tenant}/examples.jsonl",           # biggest wins and losses vs the baseline
         "plots": f"{REPORTS}/{tenant}/plots.json",                  # per-candidate bars (DVC plots)
     }
+
+
+def deploy_json(tenant: str) -> str:
+    """The serving check's report (`qrewrite deploy`): not an input of any other stage."""
+    return f"{REPORTS}/{tenant}/deploy.json"

@@ -6,10 +6,11 @@ from pathlib import Path
 from snakemake.utils import validate
 
 from qrewrite.config import SCHEMA_PATH, selected_tenants, validate_config
+from qrewrite.deploy import deploy_candidate
 from qrewrite.io_utils import write_text_atomic
 from qrewrite.eval.candidates import model_path
 from qrewrite.eval.cli import check_eval_config
-from qrewrite.paths import BASE_MODEL, REPORT_HTML, STAGES, eval_paths, tenant_paths
+from qrewrite.paths import BASE_MODEL, REPORT_HTML, STAGES, deploy_json, eval_paths, tenant_paths
 
 validate(config, str(SCHEMA_PATH))  # fills defaults in place; fails early on a bad config
 validate_config(config, source="snakemake config")  # cross-field checks (unique tenants, split sums)
@@ -124,3 +125,20 @@ def eval_model(wc):
 
 def eval_rewrites_of(wc):
     return [eval_paths(wc.tenant)["rewrites"].format(candidate=c) for c in CANDIDATES]
+
+
+# --- deploy (rules/deploy.smk): the serving check of deploy.candidate's model, outside `all` ----------------
+
+DEPLOY = config["deploy"]
+
+
+def deploy_targets():
+    return [deploy_json(t) for t in SELECTED]
+
+
+def deploy_model(wc):
+    return model_path(deploy_candidate(config), TENANTS[wc.tenant])
+
+
+def deploy_rewrites(wc):
+    return eval_paths(wc.tenant)["rewrites"].format(candidate=deploy_candidate(config)["name"])

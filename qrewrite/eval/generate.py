@@ -22,13 +22,19 @@ from ..prompts import rewrite_messages
 log = logging.getLogger(__name__)
 
 
+def clean_completion(raw: str | None) -> str:
+    """The rewrite in a completion, as RL scored it (`clean_rollout`); the served check uses it too."""
+    from ..reward.scorer import clean_rollout
+
+    # a multi-byte character cut by max_new_tokens decodes to U+FFFD: residue, not text
+    return clean_rollout(raw).rstrip("\ufffd").strip()
+
+
 def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_size: int, max_new_tokens: int,
                       threads: int | None, device: str, latency_sample: int = 0) -> tuple[list[dict], dict]:
     """([{query_id, rewrite, raw_completion, latency_s, compute_s, new_tokens}], info) for `rows`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from ..reward.scorer import clean_rollout
 
     if threads:
         torch.set_num_threads(int(threads))
@@ -81,8 +87,7 @@ def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_s
         for j, ids in zip(idx, new):
             raw = tok.decode(ids, skip_special_tokens=False)
             n_new = int((ids != tok.pad_token_id).sum())
-            # a multi-byte character cut by max_new_tokens decodes to U+FFFD: residue, not text
-            results[j] = {"query_id": rows[j]["query_id"], "rewrite": clean_rollout(raw).rstrip("\ufffd").strip(),
+            results[j] = {"query_id": rows[j]["query_id"], "rewrite": clean_completion(raw),
                           "raw_completion": raw,
                           "latency_s": round(wall, 6) if batch_size == 1 else None,
                           "compute_s": round(wall / len(idx), 6), "new_tokens": n_new}
