@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 CORES  ?= 2
 
-.PHONY: run test env test-env bench clean base-wheels
+.PHONY: run run-quick test env test-env bench clean base-wheels
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,10 @@ test-env: $(VENV)/.test-env $(TRAIN_ENVS)
 # The whole pipeline: data half in .venv, training commands re-run themselves in .venvs/swift.
 run: $(VENV)/.data-env .venvs/swift/.installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --cores $(CORES) --printshellcmds
+
+# One demo tenant (fivedoctors) end to end: half of `make run` (README "The student").
+run-quick: $(VENV)/.data-env .venvs/swift/.installed
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --cores $(CORES) --printshellcmds --config only=fivedoctors
 
 # The training-framework tests must not skip in CI: the envs are built above.
 test: $(VENV)/.test-env $(TRAIN_ENVS)
