@@ -137,7 +137,8 @@ def _resume_arg(argv):
 def _inputs(tmp_path):
     base = tmp_path / "base"
     base.mkdir()
-    (base / "config.json").write_text("{}")
+    # what lora_layers counts down from (the embedded config puts LoRA on the top blocks only)
+    (base / "config.json").write_text('{"num_hidden_layers": 24}')
     for name in ("train.jsonl", "val.jsonl"):
         (tmp_path / name).write_text('{"messages": []}\n')
     return base, tmp_path / "train.jsonl", tmp_path / "val.jsonl"

@@ -41,7 +41,8 @@ TINY_SFT = {"device": "cpu", "threads": 1,  # one optimizer step: the point is t
 DATA_RULES = ("build_excel", "ingest", "teacher", "validate", "split", "summarize", "data_card")
 SWIFT_RULES = ("base_model", "sft")
 SUBCOMMAND_RULE = {"build-excel": "build_excel", "ingest": "ingest", "teach": "teacher", "validate": "validate",
-                   "split": "split", "summarize": "summarize", "base-model": "base_model", "sft": "sft"}
+                   "split": "split", "summarize": "summarize", "data-card": "data_card", "base-model": "base_model",
+                   "sft": "sft"}
 
 
 def _skip_loudly(msg: str) -> None:

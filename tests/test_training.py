@@ -178,7 +178,9 @@ def test_rl_data_parquet_loads_with_verl_rlhfdataset(data_project, tmp_path):
     p = tenant_paths("fivedoctors")
     res = run_verl(RLHF_DRIVER, tmp_path, str(data_project.root / p["rl_train"]))
     sft = data_project.read_jsonl(p["train"])
-    assert res["len"] == len(sft)
+    swift = data_project.read_jsonl(p["rl_train_swift"])  # the same rows in ms-swift's layout
+    n_red = sum("red_team" in parse_ground_truth(r["ground_truth"]) for r in swift)
+    assert n_red > 0 and res["len"] == len(swift) == len(sft) + n_red  # red-team rows mixed in at rl.red_team_share
     assert res["raw_prompt"] == sft[0]["messages"][:-1] and res["data_source"] == "fivedoctors"
     assert parse_ground_truth(res["gt"])["teacher_rewrite"] == sft[0]["messages"][-1]["content"]
     assert res["extra"]["query_id"] == sft[0]["meta"]["query_id"] and res["extra"]["split"] == "train"
