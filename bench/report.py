@@ -41,7 +41,7 @@ def summary_rows() -> list[str]:
                         f"{r['wall_s']:.1f} s ({r['queries_per_s']:.0f} q/s); {r['speedup_vs_sequential']:.1f}x the "
                         f"sequential baseline ({seq['queries_per_s']:.1f} q/s; ideal {r['ideal_speedup']}x) | "
                         f"**{_pct(r['ratio_to_bound'])}** of N·L/C = {r['bound_s']:.1f} s (target ≥ 90 %) |")
-        rows.append(_cli_row(1, "teacher stage, as a rule runs it (`qrewrite teach`, new process)", t["cli"]))
+        rows.append(_cli_row(1, "teacher stage, as a rule runs it (`qrewrite teacher`, new process)", t["cli"]))
     r2 = _load("rag_throughput")
     if r2:
         seq = r2["sequential"]

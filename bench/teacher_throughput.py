@@ -3,7 +3,7 @@
 For each concurrency C: N queries through `run_teacher` (the stage's core, in-process, cold cache),
 wall time as a ratio to the bound N*L/C (1.0 = the service's latency is the only cost), and as a
 speedup over a sequential one-request-at-a-time baseline measured in the same run (ideal: C). Also
-the stage as Snakemake runs it (`qrewrite teach`, a fresh process: imports and file I/O included).
+the stage as Snakemake runs it (`qrewrite teacher`, a fresh process: imports and file I/O included).
 Medians over --repeats.
 
     .venv/bin/python bench/teacher_throughput.py [--n 1000] [--latency 0.2] [--concurrency 10 50]
@@ -63,7 +63,7 @@ def main() -> None:
                 lambda rows, c: run_stage(cfg, tenant, queries[:rows], c, next(caches)), n=args.n, seq_n=args.seq_n,
                 concurrencies=args.concurrency, repeats=args.repeats, latency=args.latency, calls_per_row=1,
                 rate_key="queries_per_s")
-            # The stage as a rule runs it: one `qrewrite teach` process, cold cache.
+            # The stage as a rule runs it: one `qrewrite teacher` process, cold cache.
             c = args.concurrency[0]
             update_config(root, teacher={"concurrency": c})
             (root / "data/raw").mkdir(parents=True, exist_ok=True)
@@ -73,7 +73,7 @@ def main() -> None:
             cli_walls = []
             for i in range(args.repeats):
                 update_config(root, teacher={"cache_dir": f"cache/cli{i}"})
-                cli_walls.append(qrewrite(root, "teach", "--config", "config.yaml", "--tenant", "fivedoctors",
+                cli_walls.append(qrewrite(root, "teacher", "--config", "config.yaml", "--tenant", "fivedoctors",
                                           "--queries", "queries.jsonl", "--out", f"t{i}.jsonl", "--stats",
                                           f"s{i}.json", "--no-progress"))
             calls = len(server.requests())

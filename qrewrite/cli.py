@@ -52,7 +52,7 @@ def cmd_ingest(args) -> None:
     log.info("ingest %s: %s", tenant["name"], stats)
 
 
-def cmd_teach(args) -> None:
+def cmd_teacher(args) -> None:
     from .io_utils import read_jsonl, write_json, write_jsonl
     from .teacher.stage import run_teacher
 
@@ -163,13 +163,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stats", required=True)
     p.set_defaults(func=cmd_ingest)
 
-    p = sub.add_parser("teach", help="queries.jsonl → teacher.jsonl (cached teacher rewrites)")
+    p = sub.add_parser("teacher", help="queries.jsonl → teacher.jsonl (cached teacher rewrites)")
     _common(p)
     p.add_argument("--queries", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--stats", required=True)
     p.add_argument("--no-progress", action="store_true")
-    p.set_defaults(func=cmd_teach)
+    p.set_defaults(func=cmd_teacher)
 
     p = sub.add_parser("validate", help="teacher.jsonl → validated.jsonl (RAG results, rewrite vs raw query)")
     _common(p)

@@ -164,7 +164,7 @@ def build_stages(cfg: dict, raw_tenants: list[dict], config_path: str = "config.
         params=params("${item.tenant}"))
     stages["teacher"] = _stage(
         {t["name"]: {"kb": t["kb"]["path"], "system_prompt": key(t, "system_prompt")} for t in tenants},
-        f"qrewrite teach {conf} --queries {p['queries']} --out {p['teacher']} --stats {p['stats_teacher']}",
+        f"qrewrite teacher {conf} --queries {p['queries']} --out {p['teacher']} --stats {p['stats_teacher']}",
         deps=[p["queries"], "${item.kb}"], outs=[p["teacher"], p["stats_teacher"]],
         params=params("teacher", "${item.system_prompt}"))
     stages["validate"] = _stage(
@@ -230,7 +230,7 @@ def _train_stages(cfg: dict, config_path: str, params) -> dict:
             deps=[BASE_MODEL, p["train"], p["val"], p["data_card_json"]], outs=[p["sft_model"], p["tb_sft"], p["stats_sft"]],
             params=params("train", "base_model")),
         "merge_sft": _stage(
-            every, f"qrewrite merge {conf} --base {BASE_MODEL} --adapter {p['sft_model']} --out {p['sft_merged']}",
+            every, f"qrewrite merge-sft {conf} --base {BASE_MODEL} --adapter {p['sft_model']} --out {p['sft_merged']}",
             deps=[BASE_MODEL, p["sft_model"]], outs=[p["sft_merged"]], params=[]),
         "rl_data": _stage(
             {t["name"]: files(t, "red_team") for t in cfg["tenants"]},
@@ -248,7 +248,8 @@ def _train_stages(cfg: dict, config_path: str, params) -> dict:
 
 
 def _eval_stages(cfg: dict, raw: dict, config_path: str, params) -> dict:
-    """rules/eval.smk: eval_generate / eval_rewrites per (tenant, candidate), eval per tenant, report."""
+    """rules/eval.smk: eval_generate (model candidates) / eval_rewrites (the others) per (tenant, candidate), eval
+    per tenant, report."""
     from .eval.candidates import model_path
 
     ecfg = cfg["eval"]
@@ -274,17 +275,17 @@ def _eval_stages(cfg: dict, raw: dict, config_path: str, params) -> dict:
     ti = "${item.tenant}"
     p = tenant_paths(ti)
     rewrites = eval_paths(ti)["rewrites"].replace("{candidate}", "${item.candidate}")
-    head = f"qrewrite eval-rewrites --config {config_path} --tenant {ti} --candidate ${{item.candidate}}"
+    head = f"--config {config_path} --tenant {ti} --candidate ${{item.candidate}}"
     split = p[ecfg["split"]]
     if items["model"]:
         stages["eval_generate"] = _stage(
-            items["model"], f"{head} --test {split} --queries {p['queries']} --model ${{item.model}}"
+            items["model"], f"qrewrite eval-generate {head} --test {split} --queries {p['queries']} --model ${{item.model}}"
             f" --threads {threads} --out {rewrites}",
             deps=["${item.model}", split, p["queries"], *file_deps("gold_set", "red_team")], outs=[rewrites],
             params=params(candidate, "eval.generation", "eval.max_rows", "eval.gpu_hour_usd"))
     if items["other"]:
         stages["eval_rewrites"] = _stage(
-            items["other"], f"{head} --test {split} --queries {p['queries']} --teacher {p['teacher']} --out {rewrites}",
+            items["other"], f"qrewrite eval-rewrites {head} --test {split} --queries {p['queries']} --teacher {p['teacher']} --out {rewrites}",
             deps=[split, p["queries"], p["teacher"], "${item.kb}", *file_deps("gold_set", "red_team")], outs=[rewrites],
             params=params(candidate, "eval.max_rows"))
     p = tenant_paths(KEY)

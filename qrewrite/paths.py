@@ -96,5 +96,5 @@ def eval_paths(tenant: str) -> dict[str, str]:
 
 
 def deploy_json(tenant: str) -> str:
-    """The serving check's report (`qrewrite deploy`): not an input of any other stage."""
+    """The serving check's report (`qrewrite deploy-check`): not an input of any other stage."""
     return f"{REPORTS}/{tenant}/deploy.json"

@@ -77,7 +77,7 @@ rule teacher:
     conda:
         CONDA_ENVS["cpu"]
     shell:
-        logged("qrewrite teach --config {params.config} --tenant {wildcards.tenant}"
+        logged("qrewrite teacher --config {params.config} --tenant {wildcards.tenant}"
                " --queries {input.queries} --out {output.teacher} --stats {output.stats} 2> {log}")
 
 

@@ -31,7 +31,7 @@ rule deploy_check:
     conda:
         CONDA_ENVS["swift"]
     shell:
-        logged("qrewrite deploy --config {params.config} --tenant {wildcards.tenant} --model {input.model}"
+        logged("qrewrite deploy-check --config {params.config} --tenant {wildcards.tenant} --model {input.model}"
                " --test {input.test} --queries {input.queries} --eval-json {input.eval_json}"
                " --eval-rewrites {input.rewrites} --server-log {log.server} --threads {threads} --out {output}"
                " 2> {log.cmd}")

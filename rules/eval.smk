@@ -35,7 +35,7 @@ if MODEL_CANDIDATES:
         conda:
             CONDA_ENVS["swift"]
         shell:
-            logged("qrewrite eval-rewrites --config {params.config} --tenant {wildcards.tenant} --candidate {wildcards.candidate}"
+            logged("qrewrite eval-generate --config {params.config} --tenant {wildcards.tenant} --candidate {wildcards.candidate}"
                    " --test {input.test} --queries {input.queries} --model {input.model} --threads {threads}"
                    " --out {output} 2> {log}")
 

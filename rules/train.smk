@@ -86,7 +86,7 @@ rule merge_sft:
     conda:
         CONDA_ENVS["swift"]
     shell:
-        logged("qrewrite merge --config {params.config} --tenant {wildcards.tenant} --base {input.base}"
+        logged("qrewrite merge-sft --config {params.config} --tenant {wildcards.tenant} --base {input.base}"
                " --adapter {input.adapter} --out {output} > {log} 2>&1")
 
 

@@ -128,7 +128,7 @@ class Project:
         argv = {
             "build-excel": ["build-excel", *base],
             "ingest": ["ingest", *base, "--out", p["queries"], "--stats", p["stats_ingest"]],
-            "teach": ["teach", *base, "--queries", p["queries"], "--out", p["teacher"], "--stats", p["stats_teacher"]],
+            "teacher": ["teacher", *base, "--queries", p["queries"], "--out", p["teacher"], "--stats", p["stats_teacher"]],
             "validate": ["validate", *base, "--queries", p["queries"], "--teacher", p["teacher"],
                          "--out", p["validated"], "--stats", p["stats_validate"]],
             "split": ["split", *base, "--queries", p["queries"], "--teacher", p["teacher"], "--validated",

@@ -31,7 +31,7 @@ GOOD = [
 P = tenant_paths(TENANT)
 STAGE_OUTPUTS = {
     "ingest": [P["queries"], P["stats_ingest"]],
-    "teach": [P["teacher"], P["stats_teacher"]],
+    "teacher": [P["teacher"], P["stats_teacher"]],
     "build-excel": [RAW],
 }
 
@@ -297,8 +297,8 @@ CASES = [
     Case("raw-excel-missing", raw_missing, expect=["raw Excel file not found", "raw_excel"]),
     Case("demo-source-not-utf8", demo_source_not_utf8, stage="build-excel",
          file=f"data/demo/{TENANT}.queries.jsonl", expect=["row 245", "UTF-8"]),
-    Case("teach-queries-missing", queries_missing, stage="teach", file=P["queries"], expect=["not found"]),
-    Case("teach-queries-not-utf8", queries_not_utf8, stage="teach", file=P["queries"], expect=["row 2", "UTF-8"]),
+    Case("teach-queries-missing", queries_missing, stage="teacher", file=P["queries"], expect=["not found"]),
+    Case("teach-queries-not-utf8", queries_not_utf8, stage="teacher", file=P["queries"], expect=["row 2", "UTF-8"]),
 ]
 
 

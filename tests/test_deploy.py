@@ -1,4 +1,4 @@
-"""`qrewrite deploy`: a real OpenAI-compatible server (ms-swift `swift deploy`, CPU) on loopback serving the tiny
+"""`qrewrite deploy-check`: a real OpenAI-compatible server (ms-swift `swift deploy`, CPU) on loopback serving the tiny
 embedded model, the eval rows through it and the local RAG, deploy.json checked against the in-process eval;
 and the server's lifecycle (ready, failed start, SIGTERM, SIGKILL of the check) with a stand-in server."""
 
@@ -53,14 +53,14 @@ def port_open(port: int) -> bool:
 @pytest.fixture(scope="module")
 def deployed(tmp_path_factory):
     """Data half (60 queries), the embedded base model as the `rl` candidate, its in-process eval on 3 rows,
-    then `qrewrite deploy` against it."""
+    then `qrewrite deploy-check` against it."""
     from test_reward_frameworks import train_python
 
     py = train_python("swift")
     root = tmp_path_factory.mktemp("deploy")
     project = Project(root / "proj")
     project.keep_queries(T, 60)
-    for stage in ("build-excel", "ingest", "teach", "validate", "split"):
+    for stage in ("build-excel", "ingest", "teacher", "validate", "split"):
         project.stage(stage)
     model = root / "model"
     proc = subprocess.run([str(py), "-m", "qrewrite.training.base_model", str(model)], cwd=REPO, capture_output=True,
@@ -77,11 +77,11 @@ def deployed(tmp_path_factory):
     project.update_tenant(T, judge_labels=None, gold_set=None, red_team=None)  # the split's rows only
     base = ["--config", "config.yaml", "--tenant", T, "--test", P["test"], "--queries", P["queries"]]
     rl = E["rewrites"].format(candidate="rl")
-    project.qrewrite("eval-rewrites", *base, "--candidate", "rl", "--model", str(model), "--threads", "2", "--out", rl)
+    project.qrewrite("eval-generate", *base, "--candidate", "rl", "--model", str(model), "--threads", "2", "--out", rl)
     project.qrewrite("eval", *base, "--rewrites", rl, "--out", E["eval_json"], "--examples", E["examples"],
                      "--plots", E["plots"])
     env = {"QREWRITE_REWRITER_API_KEY": SECRET}
-    run = project.qrewrite("deploy", *base, "--model", str(model), "--eval-json", E["eval_json"], "--eval-rewrites", rl,
+    run = project.qrewrite("deploy-check", *base, "--model", str(model), "--eval-json", E["eval_json"], "--eval-rewrites", rl,
                            "--server-log", f"logs/{T}/deploy_server.log", "--threads", "2", "--out", deploy_json(T),
                            env=env)
     doc = json.loads((project.root / deploy_json(T)).read_text(encoding="utf-8"))
@@ -144,7 +144,7 @@ def test_production_command_and_no_secret_and_no_orphan(deployed):
 def test_a_model_folder_that_is_not_one_is_a_clear_error(deployed, tmp_path):
     project, _, _, _ = deployed
     base = ["--config", "config.yaml", "--tenant", T, "--test", P["test"], "--queries", P["queries"]]
-    proc = project.qrewrite("deploy", *base, "--model", str(tmp_path / "nope"), "--eval-json", E["eval_json"],
+    proc = project.qrewrite("deploy-check", *base, "--model", str(tmp_path / "nope"), "--eval-json", E["eval_json"],
                             "--eval-rewrites", E["rewrites"].format(candidate="rl"), "--server-log",
                             str(tmp_path / "s.log"), "--out", str(tmp_path / "d.json"), check=False)
     assert proc.returncode == 2 and "no config.json" in proc.stderr and "snakemake models" in proc.stderr

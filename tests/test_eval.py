@@ -35,9 +35,11 @@ def cfg_with_eval(project: Project, name: str, *, without_sets: bool = False, **
 
 
 def rewrites(project: Project, config: str, candidate: str, *extra: str, check: bool = True, env=None):
+    """`qrewrite eval-generate` for a local model (`--model` in `extra`), else `qrewrite eval-rewrites`."""
     out = E["rewrites"].format(candidate=candidate)
-    return project.qrewrite("eval-rewrites", "--config", config, "--tenant", T, "--candidate", candidate,
-                            "--test", P["test"], "--queries", P["queries"], "--teacher", P["teacher"], "--out", out,
+    command, source = ("eval-generate", []) if "--model" in extra else ("eval-rewrites", ["--teacher", P["teacher"]])
+    return project.qrewrite(command, "--config", config, "--tenant", T, "--candidate", candidate,
+                            "--test", P["test"], "--queries", P["queries"], *source, "--out", out,
                             *extra, check=check, env=env), out
 
 
@@ -52,7 +54,7 @@ def data(tmp_path_factory):
     """The data half for one tenant (60 queries) in a scratch project."""
     project = Project(tmp_path_factory.mktemp("eval") / "proj")
     project.keep_queries(T, 60)
-    for stage in ("build-excel", "ingest", "teach", "validate", "split"):
+    for stage in ("build-excel", "ingest", "teacher", "validate", "split"):
         project.stage(stage)
     return project
 
@@ -230,6 +232,14 @@ def test_config_and_input_errors_are_clear(data):
                         compare=[], headline=[])
     proc, _ = rewrites(data, cfg, "m", check=False)
     assert proc.returncode == 2 and "eval.candidates.0" in proc.stderr  # kind model needs artifact or path
+    # each rule's subcommand takes only its own kinds (they run in different envs and containers)
+    cfg = cfg_with_eval(data, "c_kinds.yaml", candidates=[{"name": "raw", "kind": "raw"},
+                                                         {"name": "m", "kind": "model", "path": "models/m"}],
+                        baseline="raw", compare=[], headline=[])
+    proc, _ = rewrites(data, cfg, "m", check=False)
+    assert proc.returncode == 2 and "use `qrewrite eval-generate`" in proc.stderr
+    proc, _ = rewrites(data, cfg, "raw", "--model", "models/m", check=False)
+    assert proc.returncode == 2 and "use `qrewrite eval-rewrites`" in proc.stderr
 
 
 def test_api_candidate_and_api_judge_through_an_openai_compatible_server(data, fake_openai):
@@ -294,7 +304,7 @@ def test_eval_prompt_is_the_sft_prompt(data):
 
 @pytest.mark.slow
 def test_model_candidate_generates_with_transformers_in_the_swift_env(data, tmp_path):
-    """A real local model (the embedded SmolLM2 base) through `qrewrite eval-rewrites`, which re-runs itself in
+    """A real local model (the embedded SmolLM2 base) through `qrewrite eval-generate`, which re-runs itself in
     the ms-swift env: one row per query, latency per query, cost = GPU-hour price x generation time."""
     from test_reward_frameworks import train_python
 

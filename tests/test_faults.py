@@ -32,7 +32,7 @@ from qrewrite.paths import tenant_paths
 
 ENV = {"QR_TEST_KEY": "sk-test-not-a-real-key"}
 P = tenant_paths("fivedoctors")
-TEACH_ARGV = ["teach", "--config", "config.yaml", "--tenant", "fivedoctors", "--queries", P["queries"],
+TEACH_ARGV = ["teacher", "--config", "config.yaml", "--tenant", "fivedoctors", "--queries", P["queries"],
               "--out", P["teacher"], "--stats", P["stats_teacher"], "--no-progress"]
 VALIDATE_ARGV = ["validate", "--config", "config.yaml", "--tenant", "fivedoctors", "--queries", P["queries"],
                  "--teacher", P["teacher"], "--out", P["validated"], "--stats", P["stats_validate"], "--no-progress"]
@@ -170,7 +170,7 @@ def test_teacher_retries_each_fault_then_succeeds(small_project, fake_openai, tm
     use_openai_teacher(project, fake_openai.url, timeout_s=0.5 if fault == "timeout" else 5)
     fake_openai.script(fail_first={"status": fault, "n": 1, **({"retry_after": 1} if fault == 429 else {})},
                        hang_s=2)
-    project.stage("teach", env=ENV)
+    project.stage("teacher", env=ENV)
     rows = project.read_jsonl(P["teacher"])
     assert len(rows) == 6
     assert all(r["status"] == "ok" and r["attempts"] == 2 and r["rewrite"].startswith("改写：") for r in rows), rows
@@ -197,7 +197,7 @@ def test_teacher_down_fails_naming_the_service_and_writes_nothing(small_project,
     project = clone(small_project, tmp_path / "p")
     use_openai_teacher(project, fake_openai.url, max_retries=1, timeout_s=0.3)
     fake_openai.script(fail_first={"status": fault, "n": 1000}, hang_s=1)
-    proc = project.stage("teach", env=ENV, check=False)
+    proc = project.stage("teacher", env=ENV, check=False)
     assert proc.returncode == 2, proc.stderr
     err = proc.stderr
     assert "Traceback" not in err
@@ -215,14 +215,14 @@ def test_teacher_service_going_down_mid_stage_then_back(tmp_path, project, fake_
     project.stage("ingest")
     use_openai_teacher(project, fake_openai.url, concurrency=3, max_retries=0)
     fake_openai.script(down_after={"n": 15, "status": 503})
-    proc = project.stage("teach", env=ENV, check=False)
+    proc = project.stage("teacher", env=ENV, check=False)
     assert proc.returncode == 2 and "failed 20 calls in a row" in proc.stderr, proc.stderr
     assert f"teacher API {fake_openai.url}" in proc.stderr and "rerun" in proc.stderr
     assert not (project.root / P["teacher"]).exists()
     cached = assert_cache_intact(project.root / "cache" / "teacher")
     assert cached == 15
     fake_openai.script()  # the service is back
-    project.stage("teach", env=ENV)
+    project.stage("teacher", env=ENV)
     rows = project.read_jsonl(P["teacher"])
     assert len(rows) == 60 and all(r["status"] == "ok" for r in rows)
     assert repeated(fake_openai.requests()) == 0
@@ -235,12 +235,12 @@ def test_damaged_cache_entry_is_a_miss_not_an_answer(small_project, fake_openai,
     Such an entry reads as a miss; the call is made again and the output is whole."""
     project = clone(small_project, tmp_path / "p")
     use_openai_teacher(project, fake_openai.url)
-    project.stage("teach", env=ENV)
+    project.stage("teacher", env=ENV)
     first = project.read_jsonl(P["teacher"])
     entries = sorted(cache_entries(project.root / "cache" / "teacher"))
     entries[0].write_bytes(entries[0].read_bytes()[: len(entries[0].read_bytes()) // 2])  # cut short
     entries[1].write_bytes(b"")                                                            # empty
-    project.stage("teach", env=ENV)
+    project.stage("teacher", env=ENV)
     strip = lambda rows: [{k: v for k, v in r.items() if k != "latency_s"} for r in rows]  # noqa: E731
     assert strip(project.read_jsonl(P["teacher"])) == strip(first)
     stats = json.loads((project.root / P["stats_teacher"]).read_text())
@@ -308,7 +308,7 @@ def rag_template(tmp_path_factory) -> tuple[Project, list[dict]]:
     reference validation through the in-process local provider (the fault server runs the same BM25)."""
     project = Project(tmp_path_factory.mktemp("rag") / "proj")
     keep_unique_queries(project, 30)
-    for stage in ("build-excel", "ingest", "teach", "validate"):
+    for stage in ("build-excel", "ingest", "teacher", "validate"):
         project.stage(stage)
     reference = project.read_jsonl(P["validated"])
     (project.root / P["validated"]).unlink()
@@ -501,7 +501,7 @@ def test_kill_9_teacher_and_validation_at_random_points(project, fake_openai, fa
     t_out = [project.root / P["teacher"], project.root / P["stats_teacher"]]
     t_kills, t_points = kill_at_random_points(project, TEACH_ARGV, lambda: len(cache_entries(tcache)), rng, 12,
                                               t_out, tcache, ENV)
-    project.stage("teach", env=ENV)
+    project.stage("teacher", env=ENV)
     rows = project.read_jsonl(P["teacher"])
     assert len(rows) == n and all(r["status"] == "ok" for r in rows)
     t_reqs = fake_openai.requests()
@@ -511,7 +511,7 @@ def test_kill_9_teacher_and_validation_at_random_points(project, fake_openai, fa
     t_repeats = repeated(t_reqs)
     assert t_repeats <= 4 * t_kills, t_repeats
     assert assert_cache_intact(tcache) == n
-    project.stage("teach", env=ENV)
+    project.stage("teacher", env=ENV)
     assert len(fake_openai.requests()) == len(t_reqs)  # a warm rerun makes no call at all
 
     # Validation: HTTP provider against the real RAG app (fault wrapper: 60 ms per search), 4 in flight.

@@ -64,7 +64,7 @@ def test_injection_text_cannot_break_json_artifacts(project, fake_openai, tmp_pa
         project.update(teacher={"provider": "openai", "concurrency": 4,
                                 "openai": {"base_url": fake_openai.url, "model": "m", "api_key_env": "QR_TEST_KEY"}},
                        rag={"provider": "http", "http": {"base_url": f"http://127.0.0.1:{port}"}})
-        for stage in ("build-excel", "ingest", "teach", "validate", "split"):
+        for stage in ("build-excel", "ingest", "teacher", "validate", "split"):
             project.stage(stage, env=ENV)
     finally:
         stop(rag)

@@ -79,7 +79,7 @@ def data_half(root: Path, n_queries: int) -> Project:
     cfg["tenants"] = [t for t in cfg["tenants"] if t["name"] == T]
     project.set_config(cfg)
     project.keep_queries(T, n_queries)
-    for stage in ("build-excel", "ingest", "teach", "validate", "split", "summarize", "data-card"):
+    for stage in ("build-excel", "ingest", "teacher", "validate", "split", "summarize", "data-card"):
         project.stage(stage)
     return project
 

@@ -134,7 +134,7 @@ def test_kb_field_mapping_is_used_by_every_kb_reader(project, monkeypatch):
     docs = tenant_kb(tenant)
     assert docs[0].doc_id == "A001" and docs[0].title and docs[0].content
     p = tenant_paths(OWN)
-    proc = project.qrewrite("teach", "--config", "config.yaml", "--tenant", OWN, "--queries", p["queries"],
+    proc = project.qrewrite("teacher", "--config", "config.yaml", "--tenant", OWN, "--queries", p["queries"],
                             "--out", p["teacher"], "--stats", p["stats_teacher"], "--no-progress")
     assert proc.returncode == 0
 

@@ -28,7 +28,7 @@ def _run_to_validate(project):
     project.keep_queries("fivedoctors", 40)
     project.stage("build-excel")
     project.stage("ingest")
-    project.stage("teach")
+    project.stage("teacher")
 
 
 def test_http_rag_matches_local(project, rag_server):

@@ -114,7 +114,7 @@ def test_split_holds_gold_rows_and_their_questions_out_of_every_split(project):
     from qrewrite.split import build_splits
 
     project.keep_queries("fivedoctors", 60)
-    for stage in ("build-excel", "ingest", "teach", "validate"):
+    for stage in ("build-excel", "ingest", "teacher", "validate"):
         project.stage(stage)
     cfg = load_config(project.config_path)
     tenant = tenant_config(cfg, "fivedoctors")
@@ -164,7 +164,7 @@ def test_eval_reports_gold_and_red_team_apart(project):
                    "compare": [["teacher", "raw"]], "headline": ["teacher"], "bootstrap": {"samples": 200}}
     cfg["tenants"] = [t for t in cfg["tenants"] if t["name"] == "fivedoctors"]
     project.set_config(cfg)
-    for stage in ("build-excel", "ingest", "teach", "validate", "split"):
+    for stage in ("build-excel", "ingest", "teacher", "validate", "split"):
         project.stage(stage)
     base = ["--config", "config.yaml", "--tenant", "fivedoctors", "--test", "results/fivedoctors/sft/test.jsonl",
             "--queries", "results/fivedoctors/queries.jsonl"]
@@ -247,7 +247,7 @@ def test_scorer_scores_red_team_samples_without_retrieval_or_judge(tmp_path):
 
 def test_rl_data_cli_mixes_red_team_rows_into_train_only(project):
     project.keep_queries("fivedoctors", 80)
-    for stage in ("build-excel", "ingest", "teach", "validate", "split"):
+    for stage in ("build-excel", "ingest", "teacher", "validate", "split"):
         project.stage(stage)
     project.update(rl={"red_team_share": 0.25})
     project.qrewrite("rl-data", "--config", "config.yaml", "--tenant", "fivedoctors",
@@ -270,7 +270,7 @@ def test_data_card_reads_the_pipeline_files(project):
     from qrewrite.paths import tenant_paths
 
     project.keep_queries("fivedoctors", 80)
-    for stage in ("build-excel", "ingest", "teach", "validate", "split"):
+    for stage in ("build-excel", "ingest", "teacher", "validate", "split"):
         project.stage(stage)
     p = tenant_paths("fivedoctors")
     project.qrewrite("summarize", "--tenant", "fivedoctors", "--stats",

@@ -102,7 +102,7 @@ def raw_teacher_project(tmp_path_factory):
     for t in TENANTS:
         project.keep_queries(t, 60)
         p, e = tenant_paths(t), eval_paths(t)
-        for stage in ("build-excel", "ingest", "teach", "validate", "split"):
+        for stage in ("build-excel", "ingest", "teacher", "validate", "split"):
             project.stage(stage, tenant=t)
         project.qrewrite("summarize", "--tenant", t, "--stats", *[p[f"stats_{s}"] for s in
                                                                   ("ingest", "teacher", "validate", "split")],

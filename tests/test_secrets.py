@@ -182,7 +182,7 @@ def test_config_and_errors_never_print_the_key(project, fake_openai, tmp_path):
 
 
 def _teach_args() -> list[str]:
-    return ["teach", "--config", "config.yaml", "--tenant", TENANT, "--queries", P["queries"], "--out", "t.jsonl",
+    return ["teacher", "--config", "config.yaml", "--tenant", TENANT, "--queries", P["queries"], "--out", "t.jsonl",
             "--stats", "s.json", "--no-progress"]
 
 

@@ -191,7 +191,7 @@ def test_resolve_teacher_retrieves_at_least_as_well_as_prf(tenant, prf_before):
 def test_validation_writes_the_agreement_figure_into_the_summary(tmp_path):
     project = Project(tmp_path / "proj")
     project.keep_queries("chengla", 80)
-    for stage in ("build-excel", "ingest", "teach", "validate", "split"):
+    for stage in ("build-excel", "ingest", "teacher", "validate", "split"):
         project.stage(stage, tenant="chengla")
     project.qrewrite("summarize", "--tenant", "chengla", "--stats", *[f"results/chengla/stats/{s}.json" for s in
                      ("ingest", "teacher", "validate", "split")], "--out", "results/chengla/summary.json")

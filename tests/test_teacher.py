@@ -31,7 +31,7 @@ ENV = {"QR_TEST_KEY": "sk-test-not-a-real-key"}
 def test_resolve_teacher_is_deterministic_and_resolves_history(project):
     project.stage("build-excel")
     project.stage("ingest")
-    project.stage("teach")
+    project.stage("teacher")
     first = (project.root / "results/fivedoctors/teacher.jsonl").read_bytes()
     rows = project.read_jsonl("results/fivedoctors/teacher.jsonl")
     assert rows and all(r["status"] == "ok" and r["provider"] == "resolve" for r in rows)
@@ -49,7 +49,7 @@ def test_resolve_teacher_is_deterministic_and_resolves_history(project):
     assert rewrite_of("退换货政策是什么") == "退换货政策是什么"          # no product: left as asked
     assert not any("  " in r or " # " in r for r in by_query.values())
     # Second run: everything from cache, identical output bytes.
-    proc = project.stage("teach")
+    proc = project.stage("teacher")
     assert (project.root / "results/fivedoctors/teacher.jsonl").read_bytes() == first
     stats = json.loads((project.root / "results/fivedoctors/stats/teacher.json").read_text())
     assert stats["cache_hits"] == len(rows) and stats["new_calls"] == 0
@@ -57,7 +57,7 @@ def test_resolve_teacher_is_deterministic_and_resolves_history(project):
 
 def test_openai_provider_usage_cost_and_cache(project, fake_openai):
     _openai_project(project, fake_openai.url, n=30)
-    project.stage("teach", env=ENV)
+    project.stage("teacher", env=ENV)
     rows = project.read_jsonl("results/fivedoctors/teacher.jsonl")
     assert len(rows) == 30 and all(r["status"] == "ok" for r in rows)
     r = rows[0]
@@ -66,14 +66,14 @@ def test_openai_provider_usage_cost_and_cache(project, fake_openai):
     assert u["prompt_tokens"] > 0 and u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"]
     assert r["cost_usd"] == pytest.approx(u["prompt_tokens"] * 2.0 / 1e6 + u["completion_tokens"] * 8.0 / 1e6)
     assert len(fake_openai.requests()) == 30
-    project.stage("teach", env=ENV)  # rerun: zero new calls
+    project.stage("teacher", env=ENV)  # rerun: zero new calls
     assert len(fake_openai.requests()) == 30
 
 
 def test_retry_after_429_and_5xx_then_success(project, fake_openai):
     _openai_project(project, fake_openai.url, n=8)
     fake_openai.script(fail_first={"status": 429, "n": 2, "retry_after": 0})
-    project.stage("teach", env=ENV)
+    project.stage("teacher", env=ENV)
     rows = project.read_jsonl("results/fivedoctors/teacher.jsonl")
     assert all(r["status"] == "ok" and r["attempts"] == 3 for r in rows)
     statuses = Counter(r["status"] for r in fake_openai.requests())
@@ -85,7 +85,7 @@ def test_failed_call_is_recorded_never_replaced_by_query(project, fake_openai):
     queries = project.read_jsonl("results/fivedoctors/queries.jsonl")
     marker = queries[3]["query"]
     fake_openai.script(fail_if_contains={marker: 500})
-    project.stage("teach", env=ENV)
+    project.stage("teacher", env=ENV)
     rows = {r["id"]: r for r in project.read_jsonl("results/fivedoctors/teacher.jsonl")}
     bad = rows[queries[3]["id"]]
     assert bad["status"] == "error" and bad["rewrite"] is None and "InternalServerError" in bad["reason"]
@@ -103,7 +103,7 @@ def test_failed_call_is_recorded_never_replaced_by_query(project, fake_openai):
 def test_teacher_down_fails_clearly_and_writes_nothing(project):
     port = free_port()  # nothing listens here
     _openai_project(project, f"http://127.0.0.1:{port}/v1", n=30, max_retries=0)
-    proc = project.stage("teach", env=ENV, check=False)
+    proc = project.stage("teacher", env=ENV, check=False)
     assert proc.returncode == 2
     assert f"127.0.0.1:{port}" in proc.stderr and "rerun" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -113,7 +113,7 @@ def test_teacher_down_fails_clearly_and_writes_nothing(project):
 def test_missing_api_key_says_which_variable(project, fake_openai):
     _openai_project(project, fake_openai.url, n=5)
     env = {k: v for k, v in os.environ.items() if k != "QR_TEST_KEY"}
-    proc = subprocess.run([sys.executable, "-m", "qrewrite", "teach", "--config", "config.yaml", "--tenant",
+    proc = subprocess.run([sys.executable, "-m", "qrewrite", "teacher", "--config", "config.yaml", "--tenant",
                            "fivedoctors", "--queries", "results/fivedoctors/queries.jsonl", "--out", "t.jsonl",
                            "--stats", "s.json"], cwd=project.root, capture_output=True, text=True, env=env)
     assert proc.returncode == 2 and "QR_TEST_KEY" in proc.stderr
@@ -126,7 +126,7 @@ def test_kill_9_mid_stage_repeats_no_successful_call(project, fake_openai):
     _openai_project(project, fake_openai.url, n=n)
     fake_openai.script(latency_s=0.05)
     cache_dir = project.root / "cache" / "teacher"
-    argv = [sys.executable, "-m", "qrewrite", "teach", "--config", "config.yaml", "--tenant", "fivedoctors",
+    argv = [sys.executable, "-m", "qrewrite", "teacher", "--config", "config.yaml", "--tenant", "fivedoctors",
             "--queries", "results/fivedoctors/queries.jsonl", "--out", "results/fivedoctors/teacher.jsonl",
             "--stats", "results/fivedoctors/stats/teacher.json", "--no-progress"]
     kills = 0
@@ -143,7 +143,7 @@ def test_kill_9_mid_stage_repeats_no_successful_call(project, fake_openai):
         proc.wait()
         assert not (project.root / "results/fivedoctors/teacher.jsonl").exists(), "partial output after kill"
     assert kills >= 3
-    project.stage("teach", env=ENV)
+    project.stage("teacher", env=ENV)
     rows = project.read_jsonl("results/fivedoctors/teacher.jsonl")
     assert len(rows) == len(project.read_jsonl("results/fivedoctors/queries.jsonl"))
     assert all(r["status"] == "ok" for r in rows)
@@ -165,7 +165,7 @@ def test_kill_9_mid_stage_repeats_no_successful_call(project, fake_openai):
     assert sum(not f.name.startswith(".") for f in entries) == len(rows)
     # And a final rerun makes no calls at all.
     before = len(fake_openai.requests())
-    project.stage("teach", env=ENV)
+    project.stage("teacher", env=ENV)
     assert len(fake_openai.requests()) == before
 
 
@@ -186,7 +186,7 @@ def test_openai_provider_against_transformers_serve(project, tmp_path):
         cfg["teacher"]["openai"]["model"] = str(model_dir)
         cfg["teacher"]["concurrency"] = 1
         project.set_config(cfg)
-        project.stage("teach", env=ENV, timeout=300)
+        project.stage("teacher", env=ENV, timeout=300)
     finally:
         stop(server)
     rows = project.read_jsonl("results/fivedoctors/teacher.jsonl")
@@ -201,7 +201,7 @@ def test_prf_teacher_stays_available(project):
     project.update(teacher={"provider": "prf"})
     project.stage("build-excel")
     project.stage("ingest")
-    project.stage("teach")
+    project.stage("teacher")
     rows = project.read_jsonl("results/fivedoctors/teacher.jsonl")
     assert rows and all(r["status"] == "ok" and r["provider"] == "prf" and r["model"] == "rm3-bm25" for r in rows)
     queries = {q["id"]: q for q in project.read_jsonl("results/fivedoctors/queries.jsonl")}

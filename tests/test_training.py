@@ -102,7 +102,7 @@ def data_project(tmp_path_factory):
     cfg["tenants"] = [t for t in cfg["tenants"] if t["name"] == "fivedoctors"]
     project.set_config(cfg)
     project.keep_queries("fivedoctors", 80)
-    for stage in ("build-excel", "ingest", "teach", "validate", "split"):
+    for stage in ("build-excel", "ingest", "teacher", "validate", "split"):
         project.stage(stage)
     p = tenant_paths("fivedoctors")
     project.qrewrite("rl-data", "--config", "config.yaml", "--tenant", "fivedoctors", "--train", p["train"],

@@ -1,4 +1,4 @@
-"""Serving check: the trained rewriter behind an OpenAI-compatible endpoint (`qrewrite deploy`)."""
+"""Serving check: the trained rewriter behind an OpenAI-compatible endpoint (`qrewrite deploy-check`)."""
 
 from __future__ import annotations
 

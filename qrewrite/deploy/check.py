@@ -1,4 +1,4 @@
-"""The serving check behind `qrewrite deploy`: serve the model, load it, score it, write deploy.json.
+"""The serving check behind `qrewrite deploy-check`: serve the model, load it, score it, write deploy.json.
 
 1. Start the model folder behind an OpenAI-compatible server on loopback (`server.py`) and wait until it
    lists the model; it is stopped when the check ends, whatever happens.

@@ -1,4 +1,4 @@
-"""`qrewrite deploy` (registered into `qrewrite` by qrewrite/cli.py)."""
+"""`qrewrite deploy-check` (registered into `qrewrite` by qrewrite/cli.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 log = logging.getLogger("qrewrite.deploy")
 
 
-def cmd_deploy(args) -> None:
+def cmd_deploy_check(args) -> None:
     from ..config import load_config, tenant_config
     from ..envs import ensure_env
 
@@ -32,7 +32,7 @@ def cmd_deploy(args) -> None:
 
 
 def register(sub, common) -> None:
-    p = sub.add_parser("deploy", help="serve a tenant's model as an OpenAI-compatible endpoint on loopback, run the "
+    p = sub.add_parser("deploy-check", help="serve a tenant's model as an OpenAI-compatible endpoint on loopback, run the "
                        "eval split through it and the RAG service → deploy.json (latency, throughput, Hit@1, "
                        "the production command); the server is always stopped")
     common(p)
@@ -44,4 +44,4 @@ def register(sub, common) -> None:
     p.add_argument("--server-log", required=True, help="the model server's output (logs/T/deploy_server.log)")
     p.add_argument("--threads", type=int, help="CPU threads of the server (default eval.generation.threads)")
     p.add_argument("--out", required=True, help="reports/T/deploy.json")
-    p.set_defaults(func=cmd_deploy)
+    p.set_defaults(func=cmd_deploy_check)

@@ -43,7 +43,7 @@ def choose_backend(requested: str) -> tuple[str, str]:
                     (f" ({', '.join(skipped)} is not)" if skipped else "")
                 return b, why
         raise QrewriteError(f"deploy.backend auto: neither vllm nor ms-swift is importable in {sys.executable}",
-                            hint="run `qrewrite deploy` in the swift env (it re-runs itself there) or install vllm")
+                            hint="run `qrewrite deploy-check` in the swift env (it re-runs itself there) or install vllm")
     if not have[requested]:
         raise QrewriteError(f"deploy.backend is {requested} but {_MODULE[requested]!r} is not importable in "
                             f"{sys.executable}", hint="install it in this env, or set deploy.backend: auto")

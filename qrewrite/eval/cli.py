@@ -1,4 +1,4 @@
-"""`qrewrite eval-rewrites`, `qrewrite eval`, `qrewrite report` (registered into `qrewrite` by qrewrite/cli.py)."""
+"""`qrewrite eval-generate`, `qrewrite eval-rewrites`, `qrewrite eval`, `qrewrite report` (registered into `qrewrite` by qrewrite/cli.py)."""
 
 from __future__ import annotations
 
@@ -31,14 +31,28 @@ def check_eval_config(cfg: dict) -> None:
             raise QrewriteError(f"config key {key}: {name!r} is not an eval candidate", hint=f"candidates: {names}")
 
 
+def cmd_eval_generate(args) -> None:
+    """Rule eval_generate: a local model candidate (kind model) generates, in the swift env."""
+    _rewrites(args, generate=True)
+
+
 def cmd_eval_rewrites(args) -> None:
+    """Rule eval_rewrites: every other candidate (raw, query_history, teacher, openai), in the data env."""
+    _rewrites(args, generate=False)
+
+
+def _rewrites(args, generate: bool) -> None:
     from ..io_utils import write_jsonl
     from .candidates import (api_rewrites, candidate_spec, eval_rows, extra_rows, model_rewrites,
                              query_history_rewrites, raw_rewrites, teacher_rewrites)
 
     cfg, tenant = _cfg(args)
     spec = candidate_spec(cfg, args.candidate)
-    if spec["kind"] == "model":
+    if (spec["kind"] == "model") != generate:  # the two rules run in different envs and containers
+        other = "eval-rewrites" if generate else "eval-generate"
+        raise QrewriteError(f"candidate {spec['name']} is of kind {spec['kind']}: use `qrewrite {other}`",
+                            hint="eval-generate runs the local models (kind model), eval-rewrites the others")
+    if generate:
         from ..envs import ensure_env
 
         ensure_env("swift", args.argv)  # transformers lives in the ms-swift env
@@ -54,14 +68,12 @@ def cmd_eval_rewrites(args) -> None:
         out = teacher_rewrites(spec, rows, args.teacher, cfg, tenant)
     elif kind == "openai":
         out = api_rewrites(spec, cfg, tenant, rows)
-    else:
-        if not args.model:
-            raise QrewriteError(f"candidate {spec['name']} (kind model) needs --model DIR")
+    else:  # model: --model is required by eval-generate's parser
         out, info = model_rewrites(spec, cfg, tenant, rows, args.model, args.threads)
         out = [{**r, "generation": info} for r in out]
     write_jsonl(args.out, out)
     errors = sum(1 for r in out if r["status"] != "ok")
-    log.info("eval-rewrites %s/%s: %d rows, %d errors -> %s", tenant["name"], spec["name"], len(out), errors, args.out)
+    log.info("%s %s/%s: %d rows, %d errors -> %s", args.command, tenant["name"], spec["name"], len(out), errors, args.out)
 
 
 def cmd_eval(args) -> None:
@@ -106,23 +118,27 @@ def cmd_report(args) -> None:
 
 
 def register(sub, common) -> None:
-    p = sub.add_parser("eval-rewrites", help="one eval candidate's rewrites of the test split (with latency, cost)")
-    common(p)
-    p.add_argument("--candidate", required=True, help="eval.candidates[].name")
-    p.add_argument("--test", required=True, help="the SFT split evaluated on (results/T/sft/test.jsonl)")
-    p.add_argument("--queries", required=True, help="results/T/queries.jsonl (query, profile, history)")
-    p.add_argument("--teacher", help="results/T/teacher.jsonl (kind teacher)")
-    p.add_argument("--model", help="HF model folder (kind model)")
-    p.add_argument("--threads", type=int, help="CPU threads for generation")
-    p.add_argument("--out", required=True, help="results/T/eval/<candidate>.jsonl")
-    p.set_defaults(func=cmd_eval_rewrites)
+    for name, func, what in (("eval-generate", cmd_eval_generate, "a local model candidate's (kind model)"),
+                             ("eval-rewrites", cmd_eval_rewrites, "a raw, query_history, teacher or API candidate's")):
+        p = sub.add_parser(name, help=f"{what} rewrites of the test split, gold and red-team rows (with latency, cost)")
+        common(p)
+        p.add_argument("--candidate", required=True, help="eval.candidates[].name")
+        p.add_argument("--test", required=True, help="the SFT split evaluated on (results/T/sft/test.jsonl)")
+        p.add_argument("--queries", required=True, help="results/T/queries.jsonl (query, profile, history)")
+        if func is cmd_eval_generate:
+            p.add_argument("--model", required=True, help="HF model folder")
+            p.add_argument("--threads", type=int, help="CPU threads for generation")
+        else:
+            p.add_argument("--teacher", help="results/T/teacher.jsonl (kind teacher)")
+        p.add_argument("--out", required=True, help="results/T/eval/<candidate>.jsonl")
+        p.set_defaults(func=func)
 
     p = sub.add_parser("eval", help="score every candidate: retrieval vs gold, reranker, judge, win/tie/loss, "
                        "latency, cost, paired intervals → eval.json, examples.jsonl, plots.json")
     common(p)
     p.add_argument("--test", required=True)
     p.add_argument("--queries", required=True)
-    p.add_argument("--rewrites", required=True, nargs="+", help="every candidate's eval-rewrites output")
+    p.add_argument("--rewrites", required=True, nargs="+", help="every candidate's eval-generate / eval-rewrites output")
     p.add_argument("--out", required=True, help="reports/T/eval.json")
     p.add_argument("--examples", required=True, help="reports/T/examples.jsonl")
     p.add_argument("--plots", required=True, help="reports/T/plots.json")

@@ -118,7 +118,7 @@ def cmd_sft(args) -> None:
              stats["best_eval_loss"], stats["wall_s"])
 
 
-def cmd_merge(args) -> None:
+def cmd_merge_sft(args) -> None:
     from ..envs import ensure_env
 
     ensure_env("swift", args.argv)
@@ -200,12 +200,12 @@ def register(sub, common) -> None:
     p.add_argument("--threads", type=int, help="CPU threads (OMP_NUM_THREADS)")
     p.set_defaults(func=cmd_sft)
 
-    p = sub.add_parser("merge", help="merge a LoRA adapter into its base model (swift export --merge_lora)")
+    p = sub.add_parser("merge-sft", help="merge a LoRA adapter into its base model (swift export --merge_lora)")
     common(p)
     p.add_argument("--base", required=True)
     p.add_argument("--adapter", required=True)
     p.add_argument("--out", required=True)
-    p.set_defaults(func=cmd_merge)
+    p.set_defaults(func=cmd_merge_sft)
 
     p = sub.add_parser("rl-data", help="SFT splits → RL prompts with the teacher's side (verl parquet + swift jsonl)")
     common(p)

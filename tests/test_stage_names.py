@@ -1,0 +1,50 @@
+"""One name per stage: rule `merge_sft` runs `qrewrite merge-sft`, whose handler is `cmd_merge_sft`, and the DVC
+stage is `merge_sft` too. A newcomer goes from a rule to its code in one hop, and a table keyed by one name
+(e.g. the Slurm test's subcommand -> rule) cannot miss a stage. Failed before: rule `teacher` ran `teach`,
+`merge_sft` ran `merge`, `eval_generate` ran `eval-rewrites`, `deploy_check` ran `deploy`."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+import yaml
+
+from conftest import REPO
+from qrewrite.cli import build_parser
+
+
+def _rules() -> dict[str, list[str]]:
+    """rule name -> the `qrewrite` subcommands its shell runs (rules without a shell are aggregate targets)."""
+    out = {}
+    for smk in sorted((REPO / "rules").glob("*.smk")):
+        blocks = re.split(r"^\s*rule (\w+):", smk.read_text(encoding="utf-8"), flags=re.M)
+        for name, body in zip(blocks[1::2], blocks[2::2]):
+            out[name] = re.findall(r"\bqrewrite ([a-z][\w-]*)", body.split("shell:", 1)[1]) if "shell:" in body else []
+    return out
+
+
+def command(rule: str) -> str:
+    return rule.replace("_", "-")
+
+
+def test_every_rule_runs_the_subcommand_of_its_name():
+    rules = _rules()
+    assert len(rules) >= 17, sorted(rules)
+    wrong = {r: cmds for r, cmds in rules.items() if cmds != [command(r)]}
+    assert not wrong, f"rule -> qrewrite subcommands run, expected exactly the rule's name with '-': {wrong}"
+
+
+def test_every_subcommand_handler_is_named_after_its_rule():
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for rule in _rules():
+        func = sub.choices[command(rule)].get_default("func")
+        assert func.__name__ == f"cmd_{rule}", (rule, f"{func.__module__}.{func.__name__}")
+
+
+def test_every_dvc_stage_is_named_like_its_rule_and_command():
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    rules = _rules()
+    for name, stage in stages.items():
+        cmd = stage.get("do", stage)["cmd"]
+        assert name in rules and cmd.split()[:2] == ["qrewrite", command(name)], (name, cmd)
