@@ -17,10 +17,14 @@ log = logging.getLogger("qrewrite")
 SUBCOMMAND_MODULES = ("qrewrite.training.cli", "qrewrite.lineage_cli", "qrewrite.eval.cli", "qrewrite.deploy.cli")
 
 
-def _common(p: argparse.ArgumentParser, tenant: bool = True) -> None:
+def _common(p: argparse.ArgumentParser, *required: str | tuple[str, str], tenant: bool = True) -> None:
+    """--config (and --tenant), then the command's required arguments: "--flag" or ("--flag", "help")."""
     p.add_argument("--config", default="config.yaml", help="pipeline config (default: %(default)s)")
     if tenant:
         p.add_argument("--tenant", required=True, help="tenant name from config.yaml")
+    for arg in required:
+        flag, help_ = (arg, None) if isinstance(arg, str) else arg
+        p.add_argument(flag, required=True, help=help_)
 
 
 def _load(args):
@@ -158,35 +162,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_build_excel)
 
     p = sub.add_parser("ingest", help="raw Excel → queries.jsonl (stable ids, counted drops)")
-    _common(p)
-    p.add_argument("--out", required=True)
-    p.add_argument("--stats", required=True)
+    _common(p, "--out", "--stats")
     p.set_defaults(func=cmd_ingest)
 
     p = sub.add_parser("teacher", help="queries.jsonl → teacher.jsonl (cached teacher rewrites)")
-    _common(p)
-    p.add_argument("--queries", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--stats", required=True)
+    _common(p, "--queries", "--out", "--stats")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_teacher)
 
     p = sub.add_parser("validate", help="teacher.jsonl → validated.jsonl (RAG results, rewrite vs raw query)")
-    _common(p)
-    p.add_argument("--queries", required=True)
-    p.add_argument("--teacher", required=True)
-    p.add_argument("--out", required=True)
-    p.add_argument("--stats", required=True)
+    _common(p, "--queries", "--teacher", "--out", "--stats")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("split", help="validated.jsonl → sft/{train,val,test}.jsonl (filter, dedupe, split)")
-    _common(p)
-    p.add_argument("--queries", required=True)
-    p.add_argument("--teacher", required=True)
-    p.add_argument("--validated", required=True)
-    p.add_argument("--out-dir", required=True)
-    p.add_argument("--stats", required=True)
+    _common(p, "--queries", "--teacher", "--validated", "--out-dir", "--stats")
     p.set_defaults(func=cmd_split)
 
     p = sub.add_parser("summarize", help="per-stage stats → summary.json")
@@ -220,7 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p, tenant=False)
     p.set_defaults(func=cmd_config)
 
-    # Later stages register their own subcommands (each module: `register(sub, common)`).
+    # Later stages register their own subcommands (each module: `register(sub, common)`). By name, not by
+    # import statement: dvc.yaml's code deps follow import statements from main (qrewrite/code_deps.py), and
+    # every stage would depend on every other stage's code.
     import importlib
 
     for module in SUBCOMMAND_MODULES:

@@ -60,26 +60,32 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> int:
     return n
 
 
-def read_jsonl(path: str | os.PathLike) -> list[dict]:
+def iter_jsonl(path: str | os.PathLike, utf8_hint: str = "save the file as UTF-8",
+               json_hint: str | None = None) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed value) of every non-blank line; bad UTF-8 or JSON stops with file and row."""
     from .errors import QrewriteError
 
-    rows = []
-    if not Path(path).is_file():
-        raise QrewriteError("input file not found", file=str(path), hint="run the stage that produces it first")
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, 1):
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise QrewriteError(f"not valid UTF-8 (byte {raw[exc.start]:#04x} at offset {exc.start} of the line)",
-                                    file=str(path), row=lineno, hint="save the file as UTF-8") from None
+                                    file=str(path), row=lineno, hint=utf8_hint) from None
             if not line.strip():
                 continue
             try:
-                rows.append(json.loads(line))
+                yield lineno, json.loads(line)
             except json.JSONDecodeError as exc:
-                raise QrewriteError(f"invalid JSON ({exc.msg})", file=str(path), row=lineno) from None
-    return rows
+                raise QrewriteError(f"invalid JSON ({exc.msg})", file=str(path), row=lineno, hint=json_hint) from None
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    from .errors import QrewriteError
+
+    if not Path(path).is_file():
+        raise QrewriteError("input file not found", file=str(path), hint="run the stage that produces it first")
+    return [obj for _, obj in iter_jsonl(path)]
 
 
 def read_json(path: str | os.PathLike) -> Any:

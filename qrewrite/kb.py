@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import QrewriteError
+from .io_utils import iter_jsonl
 
 
 @dataclass(frozen=True)
@@ -38,40 +38,27 @@ def load_kb(path: str | Path, fields: dict | None = None) -> list[Doc]:
                             hint="set tenants[].kb.path in config.yaml")
     docs: list[Doc] = []
     seen: dict[str, int] = {}
-    with open(path, "rb") as fh:
-        for lineno, raw in enumerate(fh, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise QrewriteError(f"not valid UTF-8 (byte {raw[exc.start]:#04x} at offset {exc.start} of the line)",
-                                    file=str(path), row=lineno,
-                                    hint="save the knowledge base as UTF-8 (e.g. iconv -f GBK -t UTF-8)") from None
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise QrewriteError(f"invalid JSON ({exc.msg})", file=str(path), row=lineno,
-                                    hint="each line must be one JSON object") from None
-            if not isinstance(obj, dict):
-                raise QrewriteError("line is not a JSON object", file=str(path), row=lineno,
-                                    hint=f"each line must be one JSON object with {f_id}, {f_title}, {f_content}")
-            for role, key in (("doc_id", f_id), ("content", f_content)):
-                if key not in obj:
-                    raise QrewriteError(f"missing field {key!r} ({role}); fields found: {list(obj)}", file=str(path),
-                                        row=lineno, column=key, hint=f"set tenants[].kb.fields.{role} in config.yaml to the KB's "
-                                        f"field name, e.g. kb: {{fields: {{doc_id: id, title: title, content: text}}}}")
-                if not isinstance(obj[key], (str, int)) or not str(obj[key]).strip():
-                    raise QrewriteError(f"empty or non-text field {key!r} ({role})", file=str(path), row=lineno,
-                                        column=key, hint=f"every document needs a non-empty {role}")
-            doc_id = str(obj[f_id]).strip()
-            if doc_id in seen:
-                raise QrewriteError(f"duplicate doc_id {doc_id!r} (first seen on row {seen[doc_id]})",
-                                    file=str(path), row=lineno, column=f_id,
-                                    hint="document ids must be unique within a knowledge base")
-            seen[doc_id] = lineno
-            title = str(obj.get(f_title) or "") if f_title else ""
-            docs.append(Doc(doc_id, title, str(obj[f_content])))
+    for lineno, obj in iter_jsonl(path, utf8_hint="save the knowledge base as UTF-8 (e.g. iconv -f GBK -t UTF-8)",
+                                  json_hint="each line must be one JSON object"):
+        if not isinstance(obj, dict):
+            raise QrewriteError("line is not a JSON object", file=str(path), row=lineno,
+                                hint=f"each line must be one JSON object with {f_id}, {f_title}, {f_content}")
+        for role, key in (("doc_id", f_id), ("content", f_content)):
+            if key not in obj:
+                raise QrewriteError(f"missing field {key!r} ({role}); fields found: {list(obj)}", file=str(path),
+                                    row=lineno, column=key, hint=f"set tenants[].kb.fields.{role} in config.yaml to the KB's "
+                                    f"field name, e.g. kb: {{fields: {{doc_id: id, title: title, content: text}}}}")
+            if not isinstance(obj[key], (str, int)) or not str(obj[key]).strip():
+                raise QrewriteError(f"empty or non-text field {key!r} ({role})", file=str(path), row=lineno,
+                                    column=key, hint=f"every document needs a non-empty {role}")
+        doc_id = str(obj[f_id]).strip()
+        if doc_id in seen:
+            raise QrewriteError(f"duplicate doc_id {doc_id!r} (first seen on row {seen[doc_id]})",
+                                file=str(path), row=lineno, column=f_id,
+                                hint="document ids must be unique within a knowledge base")
+        seen[doc_id] = lineno
+        title = str(obj.get(f_title) or "") if f_title else ""
+        docs.append(Doc(doc_id, title, str(obj[f_content])))
     if not docs:
         raise QrewriteError("knowledge base is empty", file=str(path))
     return docs

@@ -48,3 +48,21 @@ def test_every_dvc_stage_is_named_like_its_rule_and_command():
     for name, stage in stages.items():
         cmd = stage.get("do", stage)["cmd"]
         assert name in rules and cmd.split()[:2] == ["qrewrite", command(name)], (name, cmd)
+
+
+def test_readme_maps_every_rule_to_its_handler():
+    """README "Where the code is": one row per rule, naming the file that holds its handler."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Where the code is", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `(\w+)` \| `(rules/\w+\.smk)` \| `qrewrite ([\w-]+)` \| `([\w/]+\.py)` `(\w+)` \|",
+                      section, flags=re.M)
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    rules = {r for r, cmds in _rules().items() if cmds}
+    assert {r[0] for r in rows} == rules, sorted(rules ^ {r[0] for r in rows})
+    for rule, smk, cmd, path, handler in rows:
+        func = sub.choices[cmd].get_default("func")
+        assert f"rule {rule}:" in (REPO / smk).read_text(encoding="utf-8"), (rule, smk)
+        assert (cmd, handler) == (command(rule), func.__name__), rule
+        assert func.__module__ == path.removesuffix(".py").replace("/", "."), (rule, path, func.__module__)
+        for logic in re.findall(r"`(qrewrite/[\w/]+\.py)`", section.split(f"| `{rule}` |", 1)[1].split("\n", 1)[0]):
+            assert (REPO / logic).is_file(), (rule, logic)

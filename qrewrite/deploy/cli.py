@@ -35,13 +35,12 @@ def register(sub, common) -> None:
     p = sub.add_parser("deploy-check", help="serve a tenant's model as an OpenAI-compatible endpoint on loopback, run the "
                        "eval split through it and the RAG service → deploy.json (latency, throughput, Hit@1, "
                        "the production command); the server is always stopped")
-    common(p)
-    p.add_argument("--model", required=True, help="merged HF model folder (models/T/rl)")
-    p.add_argument("--test", required=True, help="the eval split (results/T/sft/test.jsonl)")
-    p.add_argument("--queries", required=True, help="results/T/queries.jsonl")
-    p.add_argument("--eval-json", required=True, help="reports/T/eval.json (the in-process Hit@1)")
-    p.add_argument("--eval-rewrites", required=True, help="results/T/eval/<deploy.candidate>.jsonl")
-    p.add_argument("--server-log", required=True, help="the model server's output (logs/T/deploy_server.log)")
+    common(p, ("--model", "merged HF model folder (models/T/rl)"),
+           ("--test", "the eval split (results/T/sft/test.jsonl)"),
+           ("--queries", "results/T/queries.jsonl"),
+           ("--eval-json", "reports/T/eval.json (the in-process Hit@1)"),
+           ("--eval-rewrites", "results/T/eval/<deploy.candidate>.jsonl"),
+           ("--server-log", "the model server's output (logs/T/deploy_server.log)"))
     p.add_argument("--threads", type=int, help="CPU threads of the server (default eval.generation.threads)")
     p.add_argument("--out", required=True, help="reports/T/deploy.json")
     p.set_defaults(func=cmd_deploy_check)

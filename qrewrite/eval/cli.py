@@ -121,10 +121,9 @@ def register(sub, common) -> None:
     for name, func, what in (("eval-generate", cmd_eval_generate, "a local model candidate's (kind model)"),
                              ("eval-rewrites", cmd_eval_rewrites, "a raw, query_history, teacher or API candidate's")):
         p = sub.add_parser(name, help=f"{what} rewrites of the test split, gold and red-team rows (with latency, cost)")
-        common(p)
-        p.add_argument("--candidate", required=True, help="eval.candidates[].name")
-        p.add_argument("--test", required=True, help="the SFT split evaluated on (results/T/sft/test.jsonl)")
-        p.add_argument("--queries", required=True, help="results/T/queries.jsonl (query, profile, history)")
+        common(p, ("--candidate", "eval.candidates[].name"),
+               ("--test", "the SFT split evaluated on (results/T/sft/test.jsonl)"),
+               ("--queries", "results/T/queries.jsonl (query, profile, history)"))
         if func is cmd_eval_generate:
             p.add_argument("--model", required=True, help="HF model folder")
             p.add_argument("--threads", type=int, help="CPU threads for generation")
@@ -135,9 +134,7 @@ def register(sub, common) -> None:
 
     p = sub.add_parser("eval", help="score every candidate: retrieval vs gold, reranker, judge, win/tie/loss, "
                        "latency, cost, paired intervals → eval.json, examples.jsonl, plots.json")
-    common(p)
-    p.add_argument("--test", required=True)
-    p.add_argument("--queries", required=True)
+    common(p, "--test", "--queries")
     p.add_argument("--rewrites", required=True, nargs="+", help="every candidate's eval-generate / eval-rewrites output")
     p.add_argument("--out", required=True, help="reports/T/eval.json")
     p.add_argument("--examples", required=True, help="reports/T/examples.jsonl")

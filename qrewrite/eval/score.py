@@ -79,12 +79,7 @@ async def _score_all(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[s
     share = cfg["eval"]["judge_sample_share"]
     try:
         out = {}
-        for name, rws in rewrites.items():
-            by_id = {r["query_id"]: r for r in rws}
-            missing = [r["query_id"] for r in rows if r["query_id"] not in by_id]
-            if missing:
-                raise QrewriteError(f"candidate {name} has no rewrite for {len(missing)} eval queries "
-                                    f"(first: {missing[0]})", hint="rerun its eval-rewrites step")
+        for name, by_id in _by_id(rewrites, rows, "eval queries").items():
             out[name] = await _score_candidate(rag, judge, rows, by_id, share, cfg["rag"]["quality"])
         gold = {}
         if gold_rows:  # after the split's rows, so the judge counters above stay the split's own
@@ -195,19 +190,19 @@ def evaluate(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[str, list
         "candidates": candidates,
         "comparisons": comparisons,
         "gold_set": gold_section(gold_rows, res["gold"], bkw) if gold_rows else None,
-        "red_team": red_team_section(red_rows, _by_id(rewrites, red_rows)) if red_rows else None,
+        "red_team": red_team_section(red_rows, _by_id(rewrites, red_rows, "red-team rows")) if red_rows else None,
     }
     return doc, _examples(cfg, rows, scored, rewrites), _plot_rows(candidates, baseline)
 
 
-def _by_id(rewrites: dict[str, list[dict]], rows: list[dict]) -> dict[str, dict[str, dict]]:
+def _by_id(rewrites: dict[str, list[dict]], rows: list[dict], what: str) -> dict[str, dict[str, dict]]:
     """{candidate: {query_id: rewrite row}}, every row of `rows` present (else a clear error)."""
     out = {}
     for name, rws in rewrites.items():
         by_id = {r["query_id"]: r for r in rws}
         missing = [r["query_id"] for r in rows if r["query_id"] not in by_id]
         if missing:
-            raise QrewriteError(f"candidate {name} has no rewrite for {len(missing)} red-team rows (first: "
+            raise QrewriteError(f"candidate {name} has no rewrite for {len(missing)} {what} (first: "
                                 f"{missing[0]})", hint="rerun its eval-rewrites step")
         out[name] = by_id
     return out

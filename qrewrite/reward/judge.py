@@ -30,7 +30,8 @@ import numpy as np
 
 from ..errors import QrewriteError
 from ..retry import backoff_delay, retry_after_seconds
-from ..secret import from_env, redact
+from ..openai_chat import OpenAIChat
+from ..secret import redact
 from ..teacher.cache import DiskCache, call_key
 from ..entities import EntityLexicon, _sound
 from ..kb import tenant_kb
@@ -366,7 +367,7 @@ def judge_messages(query: str, profile: str, history: str, rewrite: str, rubric:
             {"role": "user", "content": f"<data>\n{data}\n</data>"}]
 
 
-class OpenAIJudge:
+class OpenAIJudge(OpenAIChat):
     """LLM judge behind any OpenAI-compatible chat API; results cached on disk by call key.
 
     Replies that arrived (parsed or not) are cached, so a rerun asks nothing twice; service errors
@@ -374,31 +375,15 @@ class OpenAIJudge:
     stop the run (wrong key, model or URL would fail every call the same way).
     """
 
-    provider = "openai"
-
     def __init__(self, ocfg: dict, cache: DiskCache | None = None, rubric: str | None = None):
-        import openai  # noqa: F401  (imported lazily: the rule judge needs no SDK)
-        from openai import AsyncOpenAI
-
-        key_env = ocfg["api_key_env"]
-        api_key = from_env(key_env, "reward.judge.openai.api_key_env", "reward.judge.provider is openai",
-                           hint=f"export {key_env}=... or use reward.judge.provider: rule")
-        self.cfg = ocfg
-        self._api_key = api_key
-        self.model = ocfg["model"]
-        self.base_url = ocfg["base_url"] or "https://api.openai.com/v1"
-        self.client = AsyncOpenAI(api_key=api_key, base_url=ocfg["base_url"], timeout=ocfg["timeout_s"],
-                                  max_retries=0)
+        super().__init__(ocfg, "reward.judge.openai.api_key_env", "reward.judge.provider is openai",
+                         hint=f"export {ocfg['api_key_env']}=... or use reward.judge.provider: rule")
         self.cache = cache
         self.rubric = rubric
         self.sem = asyncio.Semaphore(int(ocfg.get("concurrency", 8)))
         self.calls = 0
         self.cache_hits = 0
         self.failures: Counter = Counter()
-
-    @property
-    def params(self) -> dict:
-        return {"temperature": self.cfg["temperature"], "max_tokens": self.cfg["max_tokens"]}
 
     def _fail(self, kind: str, reason: str, cached: bool = False) -> Verdict:
         self.failures[kind] += 1

@@ -6,11 +6,11 @@ import asyncio
 import time
 
 import openai
-from openai import AsyncOpenAI
 
 from ..errors import QrewriteError
 from ..retry import backoff_delay, retry_after_seconds
-from ..secret import from_env, redact
+from ..openai_chat import OpenAIChat
+from ..secret import redact
 
 # Errors worth retrying: the same request may succeed later.
 _TRANSIENT = (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError,
@@ -27,25 +27,11 @@ class CallFailed(Exception):
         self.reason, self.transient = reason, transient
 
 
-class OpenAITeacher:
-    provider = "openai"
-
+class OpenAITeacher(OpenAIChat):
     def __init__(self, ocfg: dict, prices: dict):
-        key_env = ocfg["api_key_env"]
-        api_key = from_env(key_env, "teacher.openai.api_key_env", "teacher.provider is openai",
-                           hint=f"export {key_env}=... or use teacher.provider: prf for the embedded teacher")
-        self.cfg = ocfg
-        self._api_key = api_key
-        self.model = ocfg["model"]
+        super().__init__(ocfg, "teacher.openai.api_key_env", "teacher.provider is openai",
+                         hint=f"export {ocfg['api_key_env']}=... or use teacher.provider: prf for the embedded teacher")
         self.price = prices.get(self.model)
-        self.base_url = ocfg["base_url"] or "https://api.openai.com/v1"
-        # The SDK's own retries are off: ours honour Retry-After and are counted per row.
-        self.client = AsyncOpenAI(api_key=api_key, base_url=ocfg["base_url"], timeout=ocfg["timeout_s"],
-                                  max_retries=0)
-
-    @property
-    def params(self) -> dict:
-        return {"temperature": self.cfg["temperature"], "max_tokens": self.cfg["max_tokens"]}
 
     def cost(self, usage: dict) -> float | None:
         if self.price is None or not usage:

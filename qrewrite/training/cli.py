@@ -188,10 +188,9 @@ def register(sub, common) -> None:
     p.set_defaults(func=cmd_base_model)
 
     p = sub.add_parser("sft", help="LoRA SFT with ms-swift; keeps the best checkpoint by validation loss")
-    common(p)
-    p.add_argument("--base", required=True, help="base model folder")
-    p.add_argument("--train", required=True, help="SFT train split (chat jsonl)")
-    p.add_argument("--val", required=True, help="SFT val split (chat jsonl)")
+    common(p, ("--base", "base model folder"),
+           ("--train", "SFT train split (chat jsonl)"),
+           ("--val", "SFT val split (chat jsonl)"))
     p.add_argument("--data-card", help="results/T/data_card.json: listed in the model's lineage")
     p.add_argument("--out", required=True, help="adapter folder to create (models/T/sft)")
     p.add_argument("--run-dir", required=True, help="swift output_dir (all checkpoints, logging.jsonl)")
@@ -201,28 +200,23 @@ def register(sub, common) -> None:
     p.set_defaults(func=cmd_sft)
 
     p = sub.add_parser("merge-sft", help="merge a LoRA adapter into its base model (swift export --merge_lora)")
-    common(p)
-    p.add_argument("--base", required=True)
-    p.add_argument("--adapter", required=True)
-    p.add_argument("--out", required=True)
+    common(p, "--base", "--adapter", "--out")
     p.set_defaults(func=cmd_merge_sft)
 
     p = sub.add_parser("rl-data", help="SFT splits → RL prompts with the teacher's side (verl parquet + swift jsonl)")
-    common(p)
-    p.add_argument("--train", required=True)
-    p.add_argument("--val", required=True)
-    p.add_argument("--queries", required=True, help="queries.jsonl (query, profile, history per query id)")
-    p.add_argument("--out-dir", required=True, help=f"writes {', '.join(RL_FILES.values())}")
+    common(p, "--train",
+           "--val",
+           ("--queries", "queries.jsonl (query, profile, history per query id)"),
+           ("--out-dir", f"writes {', '.join(RL_FILES.values())}"))
     p.set_defaults(func=cmd_rl_data)
 
     p = sub.add_parser("rl", help="RL on the merged SFT model with the qrewrite reward (rl.backend: verl | "
                        "swift-grpo); writes the merged RL model")
-    common(p)
-    p.add_argument("--model", required=True, help="merged SFT model folder")
-    p.add_argument("--data-dir", required=True, help="rl-data output folder")
-    p.add_argument("--out", required=True, help="merged RL model folder to create (models/T/rl)")
-    p.add_argument("--run-dir", required=True, help="backend checkpoints")
-    p.add_argument("--tb", required=True, help="TensorBoard log dir (backend scalars + qrewrite/* reward scalars)")
+    common(p, ("--model", "merged SFT model folder"),
+           ("--data-dir", "rl-data output folder"),
+           ("--out", "merged RL model folder to create (models/T/rl)"),
+           ("--run-dir", "backend checkpoints"),
+           ("--tb", "TensorBoard log dir (backend scalars + qrewrite/* reward scalars)"))
     p.add_argument("--stats", help="stats json (reward curve summary, wall time)")
     p.add_argument("--threads", type=int, help="CPU threads (OMP_NUM_THREADS)")
     p.set_defaults(func=cmd_rl)

@@ -121,6 +121,41 @@ def _list(value: Any) -> list[str]:
     return [str(value)]
 
 
+def _model_data_args(cfg: Mapping[str, Any]) -> list[str]:
+    """Model, template and train data, as `swift sft` and `swift rlhf` both take them; the split is ours
+    (split_dataset_ratio 0) and the checkpoint is local (check_model false: no hub lookup)."""
+    return ["--model", str(cfg["model"]),
+            "--model_type", str(cfg["model_type"]),
+            "--template", str(cfg["template"]),
+            "--dataset", str(cfg["train_file"]),
+            "--split_dataset_ratio", "0",
+            "--check_model", "false",
+            "--dataset_num_proc", str(cfg["dataset_num_proc"]),
+            "--dataloader_num_workers", str(cfg["dataloader_num_workers"])]
+
+
+def _optim_args(cfg: Mapping[str, Any]) -> list[str]:
+    return ["--learning_rate", str(cfg["learning_rate"]),
+            *_schedule_args(cfg),
+            "--per_device_train_batch_size", str(cfg["per_device_train_batch_size"]),
+            "--gradient_accumulation_steps", str(cfg["gradient_accumulation_steps"]),
+            "--warmup_ratio", str(cfg["warmup_ratio"])]
+
+
+def _output_args(cfg: Mapping[str, Any]) -> list[str]:
+    """Checkpoints every save_steps (the resume points), TensorBoard scalars, one run folder (no version dirs)."""
+    out_dir = str(cfg["output_dir"])
+    return ["--save_strategy", "steps",
+            "--save_steps", str(cfg["save_steps"]),
+            "--save_total_limit", str(cfg["save_total_limit"]),
+            "--logging_steps", str(cfg["logging_steps"]),
+            "--seed", str(cfg["seed"]),
+            "--output_dir", out_dir,
+            "--add_version", "false",
+            "--report_to", "tensorboard",
+            "--logging_dir", str(cfg.get("logging_dir") or os.path.join(out_dir, "runs"))]
+
+
 def _dtype_args(cfg: Mapping[str, Any]) -> list[str]:
     if str(cfg.get("device", "cpu")).startswith("cuda"):
         return ["--torch_dtype", "bfloat16", "--bf16", "true"]
@@ -208,41 +243,21 @@ def sft_cmd(hp: Mapping[str, Any]) -> list[str]:
     if cfg["load_best_model_at_end"] and int(cfg["save_steps"]) % int(cfg["eval_steps"]):
         raise QrewriteError(f"save_steps ({cfg['save_steps']}) must be a multiple of eval_steps "
                             f"({cfg['eval_steps']}) when load_best_model_at_end is set")
-    out_dir = str(cfg["output_dir"])
     argv = [swift_bin(hp), "sft",
-            "--model", str(cfg["model"]),
-            "--model_type", str(cfg["model_type"]),
-            "--template", str(cfg["template"]),
-            "--dataset", str(cfg["train_file"]),
+            *_model_data_args(cfg),
             "--val_dataset", str(cfg["val_file"]),
-            "--split_dataset_ratio", "0",
-            "--check_model", "false",
-            "--dataset_num_proc", str(cfg["dataset_num_proc"]),
-            "--dataloader_num_workers", str(cfg["dataloader_num_workers"]),
             *_dtype_args(cfg),
             *_lora_args(cfg),
-            "--learning_rate", str(cfg["learning_rate"]),
-            *_schedule_args(cfg),
-            "--per_device_train_batch_size", str(cfg["per_device_train_batch_size"]),
+            *_optim_args(cfg),
             "--per_device_eval_batch_size", str(cfg["per_device_eval_batch_size"]),
-            "--gradient_accumulation_steps", str(cfg["gradient_accumulation_steps"]),
             "--max_length", str(cfg["max_length"]),
-            "--warmup_ratio", str(cfg["warmup_ratio"]),
             "--eval_strategy", "steps",
             "--eval_steps", str(cfg["eval_steps"]),
-            "--save_strategy", "steps",
-            "--save_steps", str(cfg["save_steps"]),
-            "--save_total_limit", str(cfg["save_total_limit"]),
-            "--logging_steps", str(cfg["logging_steps"]),
             "--load_best_model_at_end", _b(cfg["load_best_model_at_end"]),
             "--metric_for_best_model", str(cfg["metric_for_best_model"]),
             "--greater_is_better", _b(not str(cfg["metric_for_best_model"]).endswith("loss")),
-            "--seed", str(cfg["seed"]),
-            "--output_dir", out_dir,
-            "--add_version", "false",
-            "--create_checkpoint_symlink", "true",
-            "--report_to", "tensorboard",
-            "--logging_dir", str(cfg.get("logging_dir") or os.path.join(out_dir, "runs"))]
+            *_output_args(cfg),
+            "--create_checkpoint_symlink", "true"]
     if cfg.get("system"):
         argv += ["--system", str(cfg["system"])]
     return argv + _resume_args(cfg)
@@ -308,16 +323,8 @@ def grpo_cmd(hp: Mapping[str, Any]) -> list[str]:
         raise QrewriteError(
             f"per_device_train_batch_size*gradient_accumulation_steps ({bs}x{cfg['gradient_accumulation_steps']})"
             f" must be a multiple of num_generations ({ng})")
-    out_dir = str(cfg["output_dir"])
     argv = [swift_bin(hp), "rlhf", "--rlhf_type", "grpo",
-            "--model", str(cfg["model"]),
-            "--model_type", str(cfg["model_type"]),
-            "--template", str(cfg["template"]),
-            "--dataset", str(cfg["train_file"]),
-            "--split_dataset_ratio", "0",
-            "--check_model", "false",
-            "--dataset_num_proc", str(cfg["dataset_num_proc"]),
-            "--dataloader_num_workers", str(cfg["dataloader_num_workers"]),
+            *_model_data_args(cfg),
             "--external_plugins", str(cfg["plugin"]),
             "--reward_funcs", *_list(cfg["reward_funcs"]),
             *_dtype_args(cfg),
@@ -329,21 +336,9 @@ def grpo_cmd(hp: Mapping[str, Any]) -> list[str]:
             "--temperature", str(cfg["temperature"]),
             "--beta", str(cfg["beta"]),
             "--epsilon", str(cfg["epsilon"]),
-            "--learning_rate", str(cfg["learning_rate"]),
-            *_schedule_args(cfg),
-            "--per_device_train_batch_size", str(bs),
-            "--gradient_accumulation_steps", str(cfg["gradient_accumulation_steps"]),
-            "--warmup_ratio", str(cfg["warmup_ratio"]),
-            "--save_strategy", "steps",
-            "--save_steps", str(cfg["save_steps"]),
-            "--save_total_limit", str(cfg["save_total_limit"]),
-            "--logging_steps", str(cfg["logging_steps"]),
+            *_optim_args(cfg),
             "--log_completions", _b(cfg["log_completions"]),
-            "--seed", str(cfg["seed"]),
-            "--output_dir", out_dir,
-            "--add_version", "false",
-            "--report_to", "tensorboard",
-            "--logging_dir", str(cfg.get("logging_dir") or os.path.join(out_dir, "runs"))]
+            *_output_args(cfg)]
     # --create_checkpoint_symlink needs a best checkpoint, i.e. an eval set: without one
     # swift 4.6 crashes at the very end (os.symlink(None, ...)) after training.
     if cfg.get("val_file"):
