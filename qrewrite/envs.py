@@ -15,11 +15,11 @@ import os
 import sys
 from pathlib import Path
 
+from . import REPO
 from .errors import QrewriteError
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[1]
 FRAMEWORK_MODULE = {"swift": "swift", "verl": "verl"}
 _MARK = "QREWRITE_IN_ENV"
 

@@ -31,6 +31,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from . import REPO
 from .errors import QrewriteError
 from .io_utils import read_json, read_jsonl, sha256_file, sha256_json, write_json
 from .paths import BASE_MODEL_KEY, OPTIONAL_INPUTS, UPSTREAM, artifact_paths
@@ -38,7 +39,6 @@ from .reward import RULE_JUDGE_MODEL
 
 FORMAT = "qrewrite-lineage/1"
 LINEAGE_FILE = "lineage.json"
-REPO = Path(__file__).resolve().parents[1]  # the code checkout (envs/, containers/ live here)
 
 # Keys whose values are never written. `*_env` keys hold an env var NAME (e.g. api_key_env) and are kept.
 # `token` only as the last word of a key (access_token, hf_token): max_tokens / prompt_tokens are counts.

@@ -30,10 +30,15 @@ def retrieval_quality(hits: list[dict], formula: str = "top1") -> float:
     probability that the top document is the one the query asks for. ``seed``: the design's
     0.6 * top1 + 0.4 * mean(top3), meant for a service whose reranker scores each document on its own.
     """
+    return quality_from_parts(top1(hits), mean_top3(hits), formula)
+
+
+def quality_from_parts(top1_score: float, mean_top3_score: float, formula: str = "top1") -> float:
+    """The one q formula, from a list's top1 and mean top3 (the RL ground truth carries only those)."""
     if formula == "seed":
-        return 0.6 * top1(hits) + 0.4 * mean_top3(hits)
+        return 0.6 * float(top1_score) + 0.4 * float(mean_top3_score)
     if formula == "top1":
-        return top1(hits)
+        return float(top1_score)
     raise ValueError(f"unknown retrieval quality formula {formula!r} (top1 | seed)")
 
 

@@ -12,7 +12,6 @@ import math
 import socket
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import uvicorn
@@ -31,7 +30,8 @@ from qrewrite.reward.judge import (JudgeReplyError, OpenAIJudge, RuleJudge, judg
 from qrewrite.reward.scorer import RewardSample, RewardScorer, clean_rollout
 from qrewrite.teacher.cache import DiskCache
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
 KB = REPO / "data" / "kb" / "fivedoctors.jsonl"
 W = DEFAULTS["weights"]
 

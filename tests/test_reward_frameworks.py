@@ -1,7 +1,7 @@
 """The reward adapters, loaded the way the training frameworks load them, in their own envs.
 
 (a) verl 0.9 (``.venvs/verl``): ``qrewrite/reward/verl_reward.py`` through verl's own reward loader
-    (``load_reward_manager`` + the ``naive`` reward-loop manager, ``qrewrite.rl.verl_reward_check``)
+    (``load_reward_manager`` + the ``naive`` reward-loop manager, ``tests/verl_reward_check.py``)
     on a tiny DataProto; the batch form through the legacy ``BatchRewardManager``.
 (b) ms-swift 4.x (``.venvs/swift``): ``qrewrite/reward/swift_plugin.py`` imported the way
     ``--external_plugins`` does (``swift.utils.import_external_file``), fetched from the
@@ -31,7 +31,8 @@ import yaml
 from qrewrite.reward.formula import REWARD_KEYS
 from qrewrite.reward.ground_truth import encode_ground_truth
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO, TESTS
+
 KB = REPO / "data" / "kb" / "fivedoctors.jsonl"
 REQUIRE_ENV = "QREWRITE_REQUIRE_TRAIN_ENVS"
 
@@ -133,9 +134,9 @@ if not os.path.exists(os.path.join(tok_dir, "tokenizer_config.json")):
     g = find_gguf()
     AutoTokenizer.from_pretrained(str(g.parent), gguf_file=g.name).save_pretrained(tok_dir)
 from verl.utils import hf_tokenizer
-from qrewrite.rl.verl_compose_check import compose_verl_config
+from verl_compose_check import compose_verl_config
 from qrewrite.rl.verl_overrides import build_overrides
-from qrewrite.rl.verl_reward_check import make_tiny_dataproto, run_legacy_batch_manager, run_reward_loop
+from verl_reward_check import make_tiny_dataproto, run_legacy_batch_manager, run_reward_loop
 
 tok = hf_tokenizer(tok_dir)
 reward_fn = os.path.join(repo, "qrewrite", "reward", "verl_reward.py")
@@ -178,7 +179,7 @@ def test_verl_loads_and_scores_our_reward(tmp_path, reward_config):
     overlay, lent = overlay_for(py, tmp_path)
     res = run_driver(py, VERL_DRIVER, [str(REPO), str(tmp_path / "tok")],
                      {"QREWRITE_CONFIG": str(reward_config), "QREWRITE_TEST_ROWS": json.dumps(_verl_rows()),
-                      "PYTHONPATH": os.pathsep.join([str(REPO), overlay])}, tmp_path)
+                      "PYTHONPATH": os.pathsep.join([str(REPO), str(TESTS), overlay])}, tmp_path)
     print("verl result:", json.dumps(res, ensure_ascii=False)[:2000], "lent:", lent)
     assert res["reward_fn_path"].endswith("qrewrite/reward/verl_reward.py") and res["fn"] == "compute_score"
     assert res["manager"] == "naive"
@@ -247,7 +248,7 @@ def test_swift_plugin_registers_and_scores(tmp_path, reward_config):
     overlay, lent = overlay_for(py, tmp_path)
     res = run_driver(py, SWIFT_DRIVER, [str(REPO)],
                      {"QREWRITE_CONFIG": str(reward_config), "QREWRITE_TEST_ROWS": json.dumps(_swift_rows()),
-                      "PYTHONPATH": os.pathsep.join([str(REPO), overlay])}, tmp_path)
+                      "PYTHONPATH": os.pathsep.join([str(REPO), str(TESTS), overlay])}, tmp_path)
     print("swift result:", json.dumps(res, ensure_ascii=False)[:2000], "lent:", lent)
     assert res["is_orm"] and res["module"].startswith("_swift_external_") and res["class_module"] == res["module"]
     details = res["details"]
@@ -279,7 +280,7 @@ AutoTokenizer.from_pretrained(str(g.parent), gguf_file=g.name).save_pretrained(t
 from omegaconf import open_dict
 from verl.utils import hf_tokenizer
 from verl.utils.dataset.rl_dataset import RLHFDataset
-from qrewrite.rl.verl_compose_check import compose_verl_config
+from verl_compose_check import compose_verl_config
 from qrewrite.rl.verl_overrides import build_overrides
 from verl.trainer.ppo.reward import get_custom_reward_fn
 
@@ -379,7 +380,7 @@ def test_verl_and_swift_adapters_give_the_same_reward(tmp_path, judged_config):
         run_dir.mkdir()
         overlay, _ = overlay_for(py, run_dir)
         got[name] = run_driver(py, driver, [str(REPO), *args],
-                               {**env, "PYTHONPATH": os.pathsep.join([str(REPO), overlay])}, run_dir)
+                               {**env, "PYTHONPATH": os.pathsep.join([str(REPO), str(TESTS), overlay])}, run_dir)
     assert got["verl"] == got["swift"]
 
     # the reference: the scorer itself, given each query's whole context

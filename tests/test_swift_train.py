@@ -5,14 +5,14 @@ Snakemake rules, is tests/test_pipeline_e2e.py).
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
 from qrewrite.errors import QrewriteError
 from qrewrite.training import swift_cmds as sc
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
 PLUGIN = REPO / "qrewrite" / "reward" / "swift_plugin.py"
 
 

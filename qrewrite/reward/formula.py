@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ..metrics import retrieval_quality
+from ..metrics import quality_from_parts, retrieval_quality
 
 JUDGE_MIN, JUDGE_MAX = 1.0, 5.0
 WIN_BONUS, LOSS_PENALTY = 0.5, -0.3
@@ -30,7 +30,7 @@ def quality(hits: list[dict], formula: str = "top1") -> float:
 
 def quality_from_summary(top1: float, mean_top3: float, formula: str = "top1") -> float:
     """The same q from precomputed top1 / mean_top3 (the teacher side of the RL ground truth)."""
-    return float(top1) if formula == "top1" else 0.6 * float(top1) + 0.4 * float(mean_top3)
+    return quality_from_parts(top1, mean_top3, formula)
 
 
 def judge_term(judge_student: float, judge_teacher: float) -> float:

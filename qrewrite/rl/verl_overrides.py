@@ -3,7 +3,7 @@
 Pure functions, no verl import: ``build_overrides(cfg, paths)`` maps our RL config
 onto verl's ``verl/trainer/config/ppo_trainer.yaml`` keys, ``build_command`` wraps
 them into an argv list.  Every key used here was checked against the installed
-verl 0.9.1 config tree (see ``qrewrite.rl.verl_compose_check``, which composes the
+verl 0.9.1 config tree (see ``tests/verl_compose_check.py``, which composes the
 real yaml with these overrides and fails on any unknown key).
 
 Key findings for verl 0.9.1 (keys moved between versions):

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from .. import REPO
 from ..errors import QrewriteError
 
-REPO = Path(__file__).resolve().parents[2]
 WHEELS_REQUIREMENTS = REPO / "envs" / "qwen2.5-0.5b.wheels.txt"
 SOURCE = "qwen2.5-0.5b"
 

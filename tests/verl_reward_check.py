@@ -15,7 +15,7 @@ Mirrors what verl does at train time:
 Also shows the legacy batch form (``verl.workers.reward_manager.BatchRewardManager``)
 and that ``reward_manager.name=batch`` is not resolvable in 0.9's reward loop.
 
-Run (verl env):  QREWRITE_CONFIG=config.yaml .venvs/verl/bin/python -m qrewrite.rl.verl_reward_check TOKENIZER_DIR MODEL_DIR
+Run (verl env):  QREWRITE_CONFIG=config.yaml PYTHONPATH=.:tests .venvs/verl/bin/python tests/verl_reward_check.py TOKENIZER_DIR MODEL_DIR
 MODEL_DIR only has to hold config.json + tokenizer (used by compose validation; not loaded here).
 """
 
@@ -101,7 +101,7 @@ def run_legacy_batch_manager(tokenizer, data, reward_path: str = REWARD_FN, fn_n
 def main(argv: Sequence[str] | None = None) -> int:
     import json
 
-    from qrewrite.rl.verl_compose_check import compose_verl_config
+    from verl_compose_check import compose_verl_config
     from qrewrite.rl.verl_overrides import build_overrides
     from verl.utils import hf_tokenizer
 

@@ -12,7 +12,7 @@ weights), so ``validate=True`` needs those dirs to exist.
 Needs the verl env (``.venvs/verl``); verl/hydra are imported lazily so the
 module can be imported elsewhere.
 
-CLI:  python -m qrewrite.rl.verl_compose_check key=value [key=value ...]
+CLI:  PYTHONPATH=.:tests python tests/verl_compose_check.py key=value [key=value ...]
 """
 
 from __future__ import annotations
