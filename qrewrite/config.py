@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any
 
 import jsonschema
 import yaml

@@ -1,14 +1,14 @@
-"""Teacher stage: prf determinism, the openai provider against real loopback servers, cache and kill -9."""
+"""Teacher stage: prf determinism, the openai provider against real loopback servers, the cache.
+
+Retries per fault (429 with Retry-After, 5xx, timeouts, bad replies) and kill -9 at random points are in
+test_faults.py."""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
-from collections import Counter
 
 import pytest
 
@@ -49,7 +49,7 @@ def test_resolve_teacher_is_deterministic_and_resolves_history(project):
     assert rewrite_of("退换货政策是什么") == "退换货政策是什么"          # no product: left as asked
     assert not any("  " in r or " # " in r for r in by_query.values())
     # Second run: everything from cache, identical output bytes.
-    proc = project.stage("teacher")
+    project.stage("teacher")
     assert (project.root / "results/fivedoctors/teacher.jsonl").read_bytes() == first
     stats = json.loads((project.root / "results/fivedoctors/stats/teacher.json").read_text())
     assert stats["cache_hits"] == len(rows) and stats["new_calls"] == 0
@@ -68,16 +68,6 @@ def test_openai_provider_usage_cost_and_cache(project, fake_openai):
     assert len(fake_openai.requests()) == 30
     project.stage("teacher", env=ENV)  # rerun: zero new calls
     assert len(fake_openai.requests()) == 30
-
-
-def test_retry_after_429_and_5xx_then_success(project, fake_openai):
-    _openai_project(project, fake_openai.url, n=8)
-    fake_openai.script(fail_first={"status": 429, "n": 2, "retry_after": 0})
-    project.stage("teacher", env=ENV)
-    rows = project.read_jsonl("results/fivedoctors/teacher.jsonl")
-    assert all(r["status"] == "ok" and r["attempts"] == 3 for r in rows)
-    statuses = Counter(r["status"] for r in fake_openai.requests())
-    assert statuses == {429: 16, 200: 8}
 
 
 def test_failed_call_is_recorded_never_replaced_by_query(project, fake_openai):
@@ -118,55 +108,6 @@ def test_missing_api_key_says_which_variable(project, fake_openai):
                            "--stats", "s.json"], cwd=project.root, capture_output=True, text=True, env=env)
     assert proc.returncode == 2 and "QR_TEST_KEY" in proc.stderr
     assert not (project.root / "t.jsonl").exists()
-
-
-def test_kill_9_mid_stage_repeats_no_successful_call(project, fake_openai):
-    """Kill the teacher stage at random points; every rerun resumes and no successful call repeats."""
-    n = 120
-    _openai_project(project, fake_openai.url, n=n)
-    fake_openai.script(latency_s=0.05)
-    cache_dir = project.root / "cache" / "teacher"
-    argv = [sys.executable, "-m", "qrewrite", "teacher", "--config", "config.yaml", "--tenant", "fivedoctors",
-            "--queries", "results/fivedoctors/queries.jsonl", "--out", "results/fivedoctors/teacher.jsonl",
-            "--stats", "results/fivedoctors/stats/teacher.json", "--no-progress"]
-    kills = 0
-    for target in (10, 35, 60, 90):
-        proc = subprocess.Popen(argv, cwd=project.root, env={**os.environ, **ENV}, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-        deadline = time.time() + 60
-        while time.time() < deadline and proc.poll() is None:
-            if len(list(cache_dir.rglob("*.json"))) >= target:
-                proc.send_signal(signal.SIGKILL)
-                kills += 1
-                break
-            time.sleep(0.01)
-        proc.wait()
-        assert not (project.root / "results/fivedoctors/teacher.jsonl").exists(), "partial output after kill"
-    assert kills >= 3
-    project.stage("teacher", env=ENV)
-    rows = project.read_jsonl("results/fivedoctors/teacher.jsonl")
-    assert len(rows) == len(project.read_jsonl("results/fivedoctors/queries.jsonl"))
-    assert all(r["status"] == "ok" for r in rows)
-    ok_per_prompt = Counter(r["key"] for r in fake_openai.requests() if r["status"] == 200)
-    # A call in flight at the kill may have succeeded server-side without reaching the cache: at most
-    # `concurrency` (4) such per kill. Everything that reached the cache is never called again.
-    repeated = sum(c - 1 for c in ok_per_prompt.values() if c > 1)
-    assert repeated <= 4 * kills, ok_per_prompt
-    assert len(ok_per_prompt) == len(rows)
-    # The cache is intact: every entry parses. A kill mid-write can orphan a hidden `.<key>.json.*.tmp`
-    # file (never renamed into place); readers only open `<key>.json`, so it is inert.
-    entries = [f for f in cache_dir.rglob("*") if f.is_file()]
-    for f in entries:
-        if f.name.startswith("."):
-            assert f.name.endswith(".tmp"), f
-        else:
-            assert f.suffix == ".json", f
-            json.loads(f.read_text())
-    assert sum(not f.name.startswith(".") for f in entries) == len(rows)
-    # And a final rerun makes no calls at all.
-    before = len(fake_openai.requests())
-    project.stage("teacher", env=ENV)
-    assert len(fake_openai.requests()) == before
 
 
 @pytest.mark.slow
