@@ -9,44 +9,39 @@ Reward for a student rewrite of query x, against the precomputed teacher rewrite
     score          = clip(w_judge*judge_term + w_retrieval*retrieval_term + w_win*win_term
                           + w_rank*rank_term, -1, 1)          w_rank = 0 by default: the seed formula
 
-Settings live under ``reward:`` in config.yaml; ``DEFAULTS`` below is merged under
-``cfg.get("reward", {})`` by ``reward_settings`` so the code works with or without the schema section.
+Settings live under ``reward:`` in config.yaml; their defaults live in the config schema only. ``DEFAULTS``
+(read from it) is merged under ``cfg.get("reward", {})`` by ``reward_settings``, for callers that hold a
+partial or unvalidated config (the reward plugins inside the training frameworks).
 """
 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 # The embedded rule judge's version, recorded in lineage (qrewrite.reward.judge.RuleJudge.model).
 RULE_JUDGE_MODEL = "rules-v2"
 
-DEFAULTS: dict[str, Any] = {
-    "weights": {"judge": 0.35, "retrieval": 0.40, "win": 0.25, "rank": 0.0},
-    # Rank term (weight `weights.rank`, 0 = the seed formula): which documents the student's hits are ranked
-    # against. auto = the gold documents where the query has them, else the teacher's top document.
-    "rank_label": "auto",
-    # q_student and q_teacher closer than this count as a tie (no win/loss bonus).
-    "epsilon": 1e-9,
-    "cache_dir": "cache/reward",
-    "judge": {
-        "provider": "rule",        # rule (embedded, deterministic) | openai (any OpenAI-compatible API)
-        "sample_share": 0.3,       # share of rollouts judged; picked by a hash of (query id, rollout text)
-        "rule": {"max_term_df": 0.2},
-        "openai": {
-            "base_url": None,
-            "model": "gpt-5",
-            "api_key_env": "OPENAI_API_KEY",
-            "temperature": 0.0,
-            "max_tokens": 200,
-            "timeout_s": 60,
-            "max_retries": 3,
-            "backoff_base_s": 1.0,
-            "backoff_max_s": 30.0,
-            "concurrency": 8,
-        },
-    },
-}
+def _schema_defaults(node: dict) -> Any:
+    """What validation fills in for `node`: a leaf's default; an object's properties that have one."""
+    if node.get("type") == "object" and "properties" in node:
+        return {k: _schema_defaults(v) for k, v in node["properties"].items()
+                if "default" in v or (v.get("type") == "object" and "properties" in v)}
+    return copy.deepcopy(node["default"])
+
+
+def _load_defaults() -> dict[str, Any]:
+    import yaml  # the training envs have it (transformers needs it); no jsonschema needed here
+
+    schema_path = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
+    with open(schema_path, encoding="utf-8") as fh:
+        return _schema_defaults(yaml.safe_load(fh)["properties"]["reward"])
+
+
+# The reward settings a config without a reward: section gets, read from the schema (their one home, with
+# their descriptions): weights, rank_label, epsilon, cache_dir, judge.{provider, sample_share, rule, openai}.
+DEFAULTS: dict[str, Any] = _load_defaults()
 
 
 def _deep_merge(base: dict, over: dict) -> dict:
