@@ -11,7 +11,7 @@ from .text import normalize
 SPLITS = ("train", "val", "test")
 
 
-def keep_reason(row: dict, thresholds: dict) -> str | None:
+def drop_reason(row: dict, thresholds: dict) -> str | None:
     """None if the sample is kept, else the drop reason."""
     if row["rewrite_rag"]["top1"] < thresholds["top1"]:
         return "top1_below_threshold"
@@ -56,7 +56,7 @@ def build_splits(cfg: dict, tenant: dict, queries: list[dict], teacher_rows: lis
             dropped[why] += 1
             level[why] += 1
 
-        reason = keep_reason(v, tenant["thresholds"])
+        reason = drop_reason(v, tenant["thresholds"])
         if reason:
             drop(reason)
             continue

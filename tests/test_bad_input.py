@@ -28,10 +28,10 @@ GOOD = [
     ["氨糖夏天怎么存放", "", "用户此前询问了氨糖的适用人群", "fd-052"],
     ["喂奶期间能吃藻油DHA吗", "女, 30岁, 哺乳期", "", "fd-055"],
 ]
-P = tenant_paths(TENANT)
+PATHS = tenant_paths(TENANT)
 STAGE_OUTPUTS = {
-    "ingest": [P["queries"], P["stats_ingest"]],
-    "teacher": [P["teacher"], P["stats_teacher"]],
+    "ingest": [PATHS["queries"], PATHS["stats_ingest"]],
+    "teacher": [PATHS["teacher"], PATHS["stats_teacher"]],
     "build-excel": [RAW],
 }
 
@@ -236,7 +236,7 @@ def queries_missing(project):
 
 
 def queries_not_utf8(project):
-    path = project.root / P["queries"]
+    path = project.root / PATHS["queries"]
     path.parent.mkdir(parents=True, exist_ok=True)
     line = '{"id": "q-%d", "query": "鱼油"}\n'
     path.write_bytes((line % 1).encode("utf-8") + (line % 2).encode("gbk"))
@@ -289,16 +289,16 @@ CASES = [
          expect=["teacher.provider", "'gpt' is not one of", "config.schema.yaml"]),
     Case("config-schema-violation-nested", schema_violation_nested, file="config.yaml",
          expect=["tenants.0.thresholds.top1", "1.5"]),
-    Case("unknown-tenant", good_xlsx, file=None, args=["ingest", "--tenant", "nosuch", "--out", P["queries"],
-                                                        "--stats", P["stats_ingest"]],
+    Case("unknown-tenant", good_xlsx, file=None, args=["ingest", "--tenant", "nosuch", "--out", PATHS["queries"],
+                                                        "--stats", PATHS["stats_ingest"]],
          expect=["unknown tenant 'nosuch'", "fivedoctors, chengla", "tenants:"]),
     Case("config-missing", config_missing, file="config.yaml", expect=["config file not found", "--config"]),
     Case("config-not-yaml", config_not_yaml, file="config.yaml", expect=["not valid YAML"]),
     Case("raw-excel-missing", raw_missing, expect=["raw Excel file not found", "raw_excel"]),
     Case("demo-source-not-utf8", demo_source_not_utf8, stage="build-excel",
          file=f"data/demo/{TENANT}.queries.jsonl", expect=["row 245", "UTF-8"]),
-    Case("teach-queries-missing", queries_missing, stage="teacher", file=P["queries"], expect=["not found"]),
-    Case("teach-queries-not-utf8", queries_not_utf8, stage="teacher", file=P["queries"], expect=["row 2", "UTF-8"]),
+    Case("teach-queries-missing", queries_missing, stage="teacher", file=PATHS["queries"], expect=["not found"]),
+    Case("teach-queries-not-utf8", queries_not_utf8, stage="teacher", file=PATHS["queries"], expect=["row 2", "UTF-8"]),
 ]
 
 
@@ -323,11 +323,11 @@ def test_bad_input(project, case: Case):
 
     if case.stats is not None:  # the design drops the row: the stage succeeds and counts the drop
         assert proc.returncode == 0, err
-        stats = json.loads((project.root / P["stats_ingest"]).read_text(encoding="utf-8"))
+        stats = json.loads((project.root / PATHS["stats_ingest"]).read_text(encoding="utf-8"))
         for key, want in case.stats.items():
             assert _get(stats, key) == want, (key, stats)
         assert stats["in"] == stats["out"] + sum(stats["dropped"].values()), stats
-        rows = project.read_jsonl(P["queries"])
+        rows = project.read_jsonl(PATHS["queries"])
         assert len(rows) == case.out_rows
         if case.id == "gold-not-in-kb":
             assert rows[-1]["gold_doc_ids"] == ["fd-001"]
@@ -365,10 +365,10 @@ def test_100k_rows_ingest(project, capsys):
     t0 = time.perf_counter()
     project.stage("ingest", timeout=300)
     t_ingest = time.perf_counter() - t0
-    stats = json.loads((project.root / P["stats_ingest"]).read_text(encoding="utf-8"))
+    stats = json.loads((project.root / PATHS["stats_ingest"]).read_text(encoding="utf-8"))
     assert stats["in"] == stats["out"] == 100_000
     assert stats["with_gold"] == 75_000
-    rows = project.read_jsonl(P["queries"])
+    rows = project.read_jsonl(PATHS["queries"])
     assert rows[0]["row"] == 2 and rows[-1]["row"] == 100_001
     assert len({r["id"] for r in rows}) == 100_000
     with capsys.disabled():

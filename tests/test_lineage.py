@@ -21,8 +21,8 @@ from qrewrite.io_utils import sha256_file
 from qrewrite.lineage import write_lineage, verify_lineage
 from qrewrite.paths import BASE_MODEL, UPSTREAM, artifact_paths, tenant_paths
 
-T = "fivedoctors"
-P = tenant_paths(T)
+TENANT = "fivedoctors"
+PATHS = tenant_paths(TENANT)
 
 
 def fake_model(path: Path, files: dict[str, bytes]) -> None:
@@ -37,9 +37,9 @@ def make_chain(project: Project, slurm: str | None = None) -> dict[str, Path]:
     root = project.root
     cfg = load_config(root / "config.yaml")
     fake_model(root / BASE_MODEL, {"config.json": b'{"model_type": "llama"}', "model.safetensors": b"\x00base" * 64})
-    fake_model(root / P["sft_model"], {"adapter_config.json": b"{}", "adapter_model.safetensors": b"\x01lora" * 32})
-    fake_model(root / P["sft_merged"], {"config.json": b"{}", "model.safetensors": b"\x02merged" * 64})
-    fake_model(root / P["rl_model"], {"config.json": b"{}", "model.safetensors": b"\x03rl" * 64,
+    fake_model(root / PATHS["sft_model"], {"adapter_config.json": b"{}", "adapter_model.safetensors": b"\x01lora" * 32})
+    fake_model(root / PATHS["sft_merged"], {"config.json": b"{}", "model.safetensors": b"\x02merged" * 64})
+    fake_model(root / PATHS["rl_model"], {"config.json": b"{}", "model.safetensors": b"\x03rl" * 64,
                                       "sub/tokenizer.json": b"{}"})
     old = Path.cwd()
     os.chdir(root)
@@ -49,16 +49,16 @@ def make_chain(project: Project, slurm: str | None = None) -> dict[str, Path]:
             os.environ["SLURM_JOB_ID"] = slurm
         t0 = time.time()
         out = {
-            "sft": write_lineage(P["sft_model"], rule="sft", tenant=T, config=cfg, env="swift", started=t0 - 60,
-                                 ended=t0, inputs={"base": BASE_MODEL, "train": P["train"], "val": P["val"],
-                                                   "data_card": P["data_card_json"]},
+            "sft": write_lineage(PATHS["sft_model"], rule="sft", tenant=TENANT, config=cfg, env="swift", started=t0 - 60,
+                                 ended=t0, inputs={"base": BASE_MODEL, "train": PATHS["train"], "val": PATHS["val"],
+                                                   "data_card": PATHS["data_card_json"]},
                                  params={"learning_rate": 2e-4, "max_steps": 2}, usage={"gpu_s": 1.5}),
-            "merge": write_lineage(P["sft_merged"], rule="merge_sft", tenant=T, config=cfg, env="swift",
-                                   started=t0, ended=t0 + 5, inputs={"base": BASE_MODEL, "adapter": P["sft_model"]},
+            "merge": write_lineage(PATHS["sft_merged"], rule="merge_sft", tenant=TENANT, config=cfg, env="swift",
+                                   started=t0, ended=t0 + 5, inputs={"base": BASE_MODEL, "adapter": PATHS["sft_model"]},
                                    params={}),
-            "rl": write_lineage(P["rl_model"], rule="rl", tenant=T, config=cfg, env="swift", started=t0 + 5,
-                                ended=t0 + 65, inputs={"model": P["sft_merged"], "train": P["rl_train"],
-                                                       "val": P["rl_val"], "train_swift": P["rl_train_swift"],
+            "rl": write_lineage(PATHS["rl_model"], rule="rl", tenant=TENANT, config=cfg, env="swift", started=t0 + 5,
+                                ended=t0 + 65, inputs={"model": PATHS["sft_merged"], "train": PATHS["rl_train"],
+                                                       "val": PATHS["rl_val"], "train_swift": PATHS["rl_train_swift"],
                                                        "kb": cfg["tenants"][0]["kb"]["path"]},
                                 params={"backend": "swift-grpo"},
                                 usage={"rag_calls": 12, "judge_calls": 3, "judge_cost_usd": 0.0}),
@@ -76,9 +76,9 @@ def data_half(root: Path, n_queries: int) -> Project:
     """A project with tenant T alone, its first `n_queries` demo rows run through the data stages."""
     project = Project(root)
     cfg = project.config
-    cfg["tenants"] = [t for t in cfg["tenants"] if t["name"] == T]
+    cfg["tenants"] = [t for t in cfg["tenants"] if t["name"] == TENANT]
     project.set_config(cfg)
-    project.keep_queries(T, n_queries)
+    project.keep_queries(TENANT, n_queries)
     for stage in ("build-excel", "ingest", "teacher", "validate", "split", "summarize", "data-card"):
         project.stage(stage)
     return project
@@ -87,13 +87,13 @@ def data_half(root: Path, n_queries: int) -> Project:
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory):
     project = data_half(tmp_path_factory.mktemp("lineage") / "proj", 50)
-    project.qrewrite("rl-data", "--config", "config.yaml", "--tenant", T, "--train", P["train"], "--val", P["val"],
-                     "--queries", P["queries"], "--out-dir", P["rl_dir"])
+    project.qrewrite("rl-data", "--config", "config.yaml", "--tenant", TENANT, "--train", PATHS["train"], "--val", PATHS["val"],
+                     "--queries", PATHS["queries"], "--out-dir", PATHS["rl_dir"])
     return project, make_chain(project, slurm="4242")
 
 
 def lineage(project: Project, key: str) -> dict:
-    return json.loads((project.root / tenant_paths(T)[key] / "lineage.json").read_text(encoding="utf-8"))
+    return json.loads((project.root / tenant_paths(TENANT)[key] / "lineage.json").read_text(encoding="utf-8"))
 
 
 def test_lineage_records_the_whole_chain_back_to_the_raw_excel(chain):
@@ -133,7 +133,7 @@ def test_lineage_records_the_whole_chain_back_to_the_raw_excel(chain):
     assert doc["run"]["started"] < doc["run"]["ended"]
     # row-level provenance of the training data
     s = doc["samples"]["train"]
-    assert s["rows"] == len(project.read_jsonl(P["train"])) and s["links"] == ["meta.query_id", "meta.raw_row",
+    assert s["rows"] == len(project.read_jsonl(PATHS["train"])) and s["links"] == ["meta.query_id", "meta.raw_row",
                                                                               "meta.teacher_call_key"]
 
 
@@ -146,14 +146,14 @@ def _flip_one_byte(path: Path) -> tuple[Path, bytes]:
 
 def test_verify_fails_naming_the_artifact_whenever_any_upstream_byte_changes(chain):
     project, _ = chain
-    model = project.root / P["rl_model"]
+    model = project.root / PATHS["rl_model"]
     assert verify_lineage(model) == []
     doc = lineage(project, "rl_model")
-    targets = [e["path"] for e in doc["upstream"]] + [f"{P['rl_model']}/{f}" for f in doc["model"]["files"]]
+    targets = [e["path"] for e in doc["upstream"]] + [f"{PATHS['rl_model']}/{f}" for f in doc["model"]["files"]]
     # 23 upstream artifacts (the data half, its stats, summary and data card, gold and red-team sets, base and
     # SFT models, RL files) + the model's 3 files
     assert len(set(targets)) == len(targets) == 26
-    assert {P["data_card_json"], P["summary"], P["stats_split"]} <= set(targets)
+    assert {PATHS["data_card_json"], PATHS["summary"], PATHS["stats_split"]} <= set(targets)
     for rel in targets:
         changed, blob = _flip_one_byte(project.root / rel)
         try:
@@ -170,22 +170,22 @@ def test_verify_cli_exit_code_and_message_and_chained_lineage(chain):
     # Snakemake touches .snakemake_timestamp in directory outputs after the job, i.e. after lineage.json was
     # written: bookkeeping, not content
     for key in ("rl_model", "sft_merged", "sft_model"):
-        (project.root / P[key] / ".snakemake_timestamp").write_text("")
+        (project.root / PATHS[key] / ".snakemake_timestamp").write_text("")
     (project.root / BASE_MODEL / ".snakemake_timestamp").write_text("")
-    ok = project.qrewrite("lineage", "verify", P["rl_model"])
+    ok = project.qrewrite("lineage", "verify", PATHS["rl_model"])
     assert ok.stdout.startswith("OK models/fivedoctors/rl")
     # the sft adapter is two hops up; its own lineage (chained via sft-merged) notices a changed training file
-    changed, blob = _flip_one_byte(project.root / P["sft_model"] / "adapter_model.safetensors")
+    changed, blob = _flip_one_byte(project.root / PATHS["sft_model"] / "adapter_model.safetensors")
     try:
-        bad = project.qrewrite("lineage", "verify", P["rl_model"], check=False)
+        bad = project.qrewrite("lineage", "verify", PATHS["rl_model"], check=False)
         assert bad.returncode == 2
         assert "models/fivedoctors/sft" in bad.stderr and "no longer matches" in bad.stderr
-        bad = project.qrewrite("lineage", "verify", P["sft_model"], check=False)
+        bad = project.qrewrite("lineage", "verify", PATHS["sft_model"], check=False)
         assert bad.returncode == 2 and "models/fivedoctors/sft/adapter_model.safetensors" in bad.stderr
     finally:
         changed.write_bytes(blob)
     # from another working directory, by absolute path
-    proc = subprocess.run([sys.executable, "-m", "qrewrite", "lineage", "verify", str(project.root / P["rl_model"])],
+    proc = subprocess.run([sys.executable, "-m", "qrewrite", "lineage", "verify", str(project.root / PATHS["rl_model"])],
                           cwd="/", capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr
     missing = project.qrewrite("lineage", "verify", "models/nope", check=False)
@@ -194,41 +194,41 @@ def test_verify_cli_exit_code_and_message_and_chained_lineage(chain):
 
 def test_show_prints_the_tree_and_traces_a_sample_to_its_excel_row_and_teacher_call(chain):
     project, _ = chain
-    tree = project.qrewrite("lineage", "show", P["rl_model"]).stdout
+    tree = project.qrewrite("lineage", "show", PATHS["rl_model"]).stdout
     for needle in ("models/fivedoctors/rl", "made by rule `rl`", "models/fivedoctors/sft-merged", "← merge_sft",
                    "data/raw/fivedoctors.xlsx", "← build_excel", "data/demo/fivedoctors.queries.jsonl",
                    "Slurm job 4242", "teacher: resolve/kb-entity-resolver"):
         assert needle in tree, needle
-    sample = project.read_jsonl(P["train"])[0]
-    out = project.qrewrite("lineage", "show", P["sft_model"], "--trace", "train:1").stdout
+    sample = project.read_jsonl(PATHS["train"])[0]
+    out = project.qrewrite("lineage", "show", PATHS["sft_model"], "--trace", "train:1").stdout
     meta = sample["meta"]
     assert meta["query_id"] in out and meta["teacher_call_key"] in out
     assert f"data/raw/fivedoctors.xlsx row {meta['raw_row']}" in out
-    query = next(q for q in project.read_jsonl(P["queries"]) if q["id"] == meta["query_id"])
+    query = next(q for q in project.read_jsonl(PATHS["queries"]) if q["id"] == meta["query_id"])
     assert query["query"] in out
-    assert project.qrewrite("lineage", "show", P["sft_model"], "--trace", meta["query_id"]).stdout == out
-    nope = project.qrewrite("lineage", "show", P["sft_model"], "--trace", "q-nope", check=False)
+    assert project.qrewrite("lineage", "show", PATHS["sft_model"], "--trace", meta["query_id"]).stdout == out
+    nope = project.qrewrite("lineage", "show", PATHS["sft_model"], "--trace", "q-nope", check=False)
     assert nope.returncode == 2 and "no training sample" in nope.stderr
 
 
 def test_verify_checks_every_samples_links(tmp_path):
     """A sample whose raw row disagrees with queries.jsonl fails verify even though every hash matches."""
     project = data_half(tmp_path / "proj", 30)
-    train = project.root / P["train"]
-    rows = project.read_jsonl(P["train"])
+    train = project.root / PATHS["train"]
+    rows = project.read_jsonl(PATHS["train"])
     rows[1]["meta"]["raw_row"] += 1000
     train.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     fake_model(project.root / BASE_MODEL, {"config.json": b"{}"})
-    fake_model(project.root / P["sft_model"], {"adapter_model.safetensors": b"x"})
+    fake_model(project.root / PATHS["sft_model"], {"adapter_model.safetensors": b"x"})
     old = Path.cwd()
     os.chdir(project.root)
     try:
-        write_lineage(P["sft_model"], rule="sft", tenant=T, config=load_config("config.yaml"), env="swift",
-                      started=0, ended=1, inputs={"base": BASE_MODEL, "train": P["train"], "val": P["val"]}, params={})
+        write_lineage(PATHS["sft_model"], rule="sft", tenant=TENANT, config=load_config("config.yaml"), env="swift",
+                      started=0, ended=1, inputs={"base": BASE_MODEL, "train": PATHS["train"], "val": PATHS["val"]}, params={})
     finally:
         os.chdir(old)
-    problems = verify_lineage(project.root / P["sft_model"])
-    assert problems and problems[0][0] == f"{P['train']} line 2 (query {rows[1]['meta']['query_id']})"
+    problems = verify_lineage(project.root / PATHS["sft_model"])
+    assert problems and problems[0][0] == f"{PATHS['train']} line 2 (query {rows[1]['meta']['query_id']})"
     assert "raw_row" in problems[0][1]
 
 
@@ -240,8 +240,8 @@ def test_no_secret_is_ever_written(chain, monkeypatch, tmp_path):
     cfg = load_config("config.yaml")
     cfg["teacher"]["openai"]["api_key"] = secret            # a secret pasted into config by mistake
     cfg["rag"]["http"]["headers"] = {"Authorization": "Bearer abc.def"}
-    path = write_lineage(P["sft_model"], rule="sft", tenant=T, config=cfg, env="swift", started=0, ended=1,
-                         inputs={"base": BASE_MODEL, "train": P["train"], "val": P["val"]},
+    path = write_lineage(PATHS["sft_model"], rule="sft", tenant=TENANT, config=cfg, env="swift", started=0, ended=1,
+                         inputs={"base": BASE_MODEL, "train": PATHS["train"], "val": PATHS["val"]},
                          params={"hub_token": "hf_abcdefghijkl", "lr": 1e-4})
     text = path.read_text(encoding="utf-8")
     assert secret not in text and "Bearer abc.def" not in text and "hf_abcdefghijkl" not in text
@@ -251,8 +251,8 @@ def test_no_secret_is_ever_written(chain, monkeypatch, tmp_path):
     from qrewrite.errors import QrewriteError
 
     with pytest.raises(QrewriteError, match="secret environment variable"):
-        write_lineage(P["sft_model"], rule="sft", tenant=T, config=load_config("config.yaml"), env="swift",
-                      started=0, ended=1, inputs={"train": P["train"]}, params={"note": f"key was {secret}"})
+        write_lineage(PATHS["sft_model"], rule="sft", tenant=TENANT, config=load_config("config.yaml"), env="swift",
+                      started=0, ended=1, inputs={"train": PATHS["train"]}, params={"note": f"key was {secret}"})
     make_chain(project, slurm="4242")  # restore the chain's sft lineage for the other tests
 
 

@@ -23,13 +23,13 @@ from conftest import REPO
 from qrewrite.paths import tenant_paths
 
 TENANT = "fivedoctors"
-P = tenant_paths(TENANT)
+PATHS = tenant_paths(TENANT)
 KEY_ENV = "QR_SENTINEL_KEY"
 SENTINEL = "sk-qrewrite-SENTINEL-7f3c9a1e5b2d4c6f8a0b1d2e3f4a5b6c"
 
 # The data half, with the teacher and the RAG service behind keys. The training and eval half (RL judge, API
 # eval candidate; TensorBoard events, lineage, reports) is searched the same way in test_pipeline_e2e.
-SNAKEMAKE_TARGETS = [P["summary"], P["train"], P["val"], P["test"]]
+SNAKEMAKE_TARGETS = [PATHS["summary"], PATHS["train"], PATHS["val"], PATHS["test"]]
 
 # After Snakemake: an RL reward-scoring pass with the OpenAI judge (writes cache/reward/{rag,judge}).
 REWARD_PASS = r"""
@@ -124,7 +124,7 @@ def test_pipeline_run_leaks_no_key(project, fake_openai, rag_server, env_dirs, t
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     # The run really went through every keyed path: echoed errors, the failed row, judge verdicts.
-    teacher = project.read_jsonl(P["teacher"])
+    teacher = project.read_jsonl(PATHS["teacher"])
     failed = [r for r in teacher if r["status"] == "error"]
     assert failed and all("[REDACTED]" in r["reason"] for r in failed), failed
     statuses = [r["status"] for r in fake_openai.requests()]
@@ -182,7 +182,7 @@ def test_config_and_errors_never_print_the_key(project, fake_openai, tmp_path):
 
 
 def _teach_args() -> list[str]:
-    return ["teacher", "--config", "config.yaml", "--tenant", TENANT, "--queries", P["queries"], "--out", "t.jsonl",
+    return ["teacher", "--config", "config.yaml", "--tenant", TENANT, "--queries", PATHS["queries"], "--out", "t.jsonl",
             "--stats", "s.json", "--no-progress"]
 
 

@@ -11,7 +11,7 @@ from qrewrite.config import validate_config
 from qrewrite.data.ingest import query_id
 from qrewrite.io_utils import write_jsonl
 from qrewrite.paths import tenant_paths
-from qrewrite.split import SPLITS, assign_splits, build_splits, keep_reason
+from qrewrite.split import SPLITS, assign_splits, build_splits, drop_reason
 from qrewrite.text import normalize
 
 SYSTEM = "把问题改写成适合检索的查询"
@@ -76,7 +76,7 @@ FILTERS = [
 @pytest.mark.parametrize("top1,gain,require_gain,threshold,reason", FILTERS)
 def test_keep_reason(top1, gain, require_gain, threshold, reason):
     _, _, v = make_sample("鱼油怎么吃", top1=top1, gain=gain)
-    assert keep_reason(v, {"top1": threshold, "require_gain": require_gain, "max_query_chars": 500}) == reason
+    assert drop_reason(v, {"top1": threshold, "require_gain": require_gain, "max_query_chars": 500}) == reason
 
 
 @pytest.mark.parametrize("require_gain", [True, False])
