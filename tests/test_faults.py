@@ -272,12 +272,12 @@ def test_truncated_stream_is_an_error_not_a_short_answer(fake_openai):
 
 @pytest.mark.parametrize("fault", TEACHER_FAULTS, ids=str)
 def test_judge_faults_are_retried_and_never_cached_as_verdicts(fake_openai, tmp_path, monkeypatch, fault):
-    from qrewrite.reward import DEFAULTS
+    from qrewrite.reward import reward_defaults
     from qrewrite.reward.judge import OpenAIJudge
     from qrewrite.teacher.cache import DiskCache
 
     monkeypatch.setenv("QR_TEST_KEY", ENV["QR_TEST_KEY"])
-    cfg = dict(DEFAULTS["judge"]["openai"], base_url=fake_openai.url, model="judge", api_key_env="QR_TEST_KEY",
+    cfg = dict(reward_defaults()["judge"]["openai"], base_url=fake_openai.url, model="judge", api_key_env="QR_TEST_KEY",
                max_retries=1, backoff_base_s=0.0, backoff_max_s=0.0, timeout_s=0.5)
     fake_openai.script(default_reply='{"score": 4, "reason": "ok"}', hang_s=1,
                        fail_first={"status": fault, "n": 1, **({"retry_after": 0} if fault == 429 else {})})

@@ -24,7 +24,7 @@ from qrewrite.errors import QrewriteError
 from qrewrite.kb import load_kb
 from qrewrite.metrics import mean_top3, retrieval_quality, top1
 from qrewrite.rag.local import LocalRetriever
-from qrewrite.reward import DEFAULTS, formula, reward_settings
+from qrewrite.reward import formula, reward_defaults, reward_settings
 from qrewrite.reward.judge import (JudgeReplyError, OpenAIJudge, RuleJudge, judge_messages, judge_sampled,
                                    parse_judge_reply)
 from qrewrite.reward.scorer import RewardSample, RewardScorer, clean_rollout
@@ -33,7 +33,7 @@ from qrewrite.teacher.cache import DiskCache
 from conftest import REPO
 
 KB = REPO / "data" / "kb" / "fivedoctors.jsonl"
-W = DEFAULTS["weights"]
+W = reward_defaults()["weights"]
 
 QUERY = "奶蓟草护肝片啥时候吃效果好"
 TEACHER = "奶蓟草护肝片饭后吃还是饭前吃效果好"  # a question, as the embedded teacher writes
@@ -114,13 +114,14 @@ def test_settings_merge_defaults():
     assert s["weights"] == {"judge": 0.5, "retrieval": 0.40, "win": 0.25, "rank": 0.0}
     assert s["judge"]["openai"]["model"] == "m" and s["judge"]["openai"]["api_key_env"] == "OPENAI_API_KEY"
     assert s["judge"]["provider"] == "rule" and s["judge"]["sample_share"] == 0.3
-    assert reward_settings({}) == DEFAULTS and reward_settings({}) is not DEFAULTS
+    defaults = reward_defaults()
+    assert reward_settings({}) == defaults and reward_settings({}) is not defaults
 
 
 def test_schema_reward_section_matches_defaults():
     assert "reward" in load_schema()["properties"]
     cfg = validate_config({"tenants": [_tenant_dict()]})
-    assert reward_settings(cfg) == DEFAULTS
+    assert reward_settings(cfg) == reward_defaults()
 
 
 # -------------------------------------------------------------------------------------- sampling
@@ -291,7 +292,7 @@ def fake(fake_judge_server):
 
 
 def _openai_cfg(base_url: str, **kw) -> dict:
-    cfg = dict(DEFAULTS["judge"]["openai"], base_url=base_url, model="fake-judge", api_key_env="QREWRITE_TEST_JUDGE_KEY",
+    cfg = dict(reward_defaults()["judge"]["openai"], base_url=base_url, model="fake-judge", api_key_env="QREWRITE_TEST_JUDGE_KEY",
                max_retries=1, backoff_base_s=0.0, backoff_max_s=0.0, timeout_s=10)
     cfg.update(kw)
     return cfg

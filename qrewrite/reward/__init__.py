@@ -9,19 +9,20 @@ Reward for a student rewrite of query x, against the precomputed teacher rewrite
     score          = clip(w_judge*judge_term + w_retrieval*retrieval_term + w_win*win_term
                           + w_rank*rank_term, -1, 1)          w_rank = 0 by default: the seed formula
 
-Settings live under ``reward:`` in config.yaml; their defaults live in the config schema only. ``DEFAULTS``
-(read from it) is merged under ``cfg.get("reward", {})`` by ``reward_settings``, for callers that hold a
-partial or unvalidated config (the reward plugins inside the training frameworks).
+Settings live under ``reward:`` in config.yaml; their defaults live in the config schema only.
+``reward_defaults()`` (read from it) is merged under ``cfg.get("reward", {})`` by ``reward_settings``, for
+callers that hold a partial or unvalidated config (the reward plugins inside the training frameworks).
 """
 
 from __future__ import annotations
 
 import copy
-from pathlib import Path
+import functools
 from typing import Any
 
 # The embedded rule judge's version, recorded in lineage (qrewrite.reward.judge.RuleJudge.model).
 RULE_JUDGE_MODEL = "rules-v2"
+
 
 def _schema_defaults(node: dict) -> Any:
     """What validation fills in for `node`: a leaf's default; an object's properties that have one."""
@@ -31,17 +32,19 @@ def _schema_defaults(node: dict) -> Any:
     return copy.deepcopy(node["default"])
 
 
-def _load_defaults() -> dict[str, Any]:
-    import yaml  # the training envs have it (transformers needs it); no jsonschema needed here
+@functools.lru_cache(maxsize=1)
+def _defaults() -> dict[str, Any]:
+    # Read on first use, not at import: lineage and every reward worker import this package.
+    from ..config import load_schema
 
-    schema_path = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
-    with open(schema_path, encoding="utf-8") as fh:
-        return _schema_defaults(yaml.safe_load(fh)["properties"]["reward"])
+    return _schema_defaults(load_schema()["properties"]["reward"])
 
 
-# The reward settings a config without a reward: section gets, read from the schema (their one home, with
-# their descriptions): weights, rank_label, epsilon, cache_dir, judge.{provider, sample_share, rule, openai}.
-DEFAULTS: dict[str, Any] = _load_defaults()
+def reward_defaults() -> dict[str, Any]:
+    """The reward settings a config without a reward: section gets, read from the schema (their one home,
+    with their descriptions): weights, rank_label, epsilon, cache_dir, judge.{provider, sample_share, rule,
+    openai}. A fresh copy."""
+    return copy.deepcopy(_defaults())
 
 
 def _deep_merge(base: dict, over: dict) -> dict:
@@ -55,5 +58,5 @@ def _deep_merge(base: dict, over: dict) -> dict:
 
 
 def reward_settings(cfg: dict) -> dict:
-    """``DEFAULTS`` deep-merged with ``cfg["reward"]`` (absent or partial sections are fine)."""
-    return _deep_merge(DEFAULTS, (cfg or {}).get("reward") or {})
+    """``reward_defaults()`` deep-merged with ``cfg["reward"]`` (absent or partial sections are fine)."""
+    return _deep_merge(_defaults(), (cfg or {}).get("reward") or {})
