@@ -24,6 +24,11 @@ def _rules() -> dict[str, list[str]]:
     return out
 
 
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    """`qrewrite`'s subcommand name -> its parser, as the CLI dispatches it."""
+    return next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
 def command(rule: str) -> str:
     return rule.replace("_", "-")
 
@@ -36,9 +41,9 @@ def test_every_rule_runs_the_subcommand_of_its_name():
 
 
 def test_every_subcommand_handler_is_named_after_its_rule():
-    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    sub = _subcommands()
     for rule in _rules():
-        func = sub.choices[command(rule)].get_default("func")
+        func = sub[command(rule)].get_default("func")
         assert func.__name__ == f"cmd_{rule}", (rule, f"{func.__module__}.{func.__name__}")
 
 
@@ -56,11 +61,11 @@ def test_readme_maps_every_rule_to_its_handler():
     section = readme.split("## Where the code is", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `(\w+)` \| `(rules/\w+\.smk)` \| `qrewrite ([\w-]+)` \| `([\w/]+\.py)` `(\w+)` \|",
                       section, flags=re.M)
-    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    sub = _subcommands()
     rules = {r for r, cmds in _rules().items() if cmds}
     assert {r[0] for r in rows} == rules, sorted(rules ^ {r[0] for r in rows})
     for rule, smk, cmd, path, handler in rows:
-        func = sub.choices[cmd].get_default("func")
+        func = sub[cmd].get_default("func")
         assert f"rule {rule}:" in (REPO / smk).read_text(encoding="utf-8"), (rule, smk)
         assert (cmd, handler) == (command(rule), func.__name__), rule
         assert func.__module__ == path.removesuffix(".py").replace("/", "."), (rule, path, func.__module__)
