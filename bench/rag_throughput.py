@@ -28,7 +28,7 @@ def teacher_rows(queries: list[dict]) -> list[dict]:
 
 
 def run_stage(cfg: dict, tenant: dict, queries: list[dict], concurrency: int, cache_dir: Path) -> float:
-    from qrewrite.validate import run_validation
+    from qrewrite.rag.validate import run_validation
 
     cfg["rag"]["concurrency"] = concurrency
     cfg["rag"]["cache_dir"] = str(cache_dir)

@@ -58,7 +58,22 @@ def validate_config(cfg: dict, source: str = "config") -> dict:
         raise QrewriteError(f"split.train + split.val + split.test must sum to 1 (they sum to "
                             f"{split['train'] + split['val'] + split['test']:g})", file=source,
                             hint="e.g. split: {train: 0.8, val: 0.1, test: 0.1}")
+    _check_eval(cfg["eval"], source)
     return cfg
+
+
+def _check_eval(ecfg: dict, source: str) -> None:
+    """`eval:`: unique candidate names; baseline, compare and headline name candidates."""
+    names = [c["name"] for c in ecfg["candidates"]]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise QrewriteError(f"config key eval.candidates: names must be unique, repeated: {dupes}", file=source)
+    refs = [("eval.baseline", ecfg["baseline"])] + [("eval.headline", n) for n in ecfg["headline"]] + \
+           [("eval.compare", n) for pair in ecfg["compare"] for n in pair]
+    for key, name in refs:
+        if name not in names:
+            raise QrewriteError(f"config key {key}: {name!r} is not an eval candidate", file=source,
+                                hint=f"candidates: {names}")
 
 
 def selected_tenants(cfg: dict, source: str = "config") -> list[str]:

@@ -37,7 +37,7 @@ def cmd_verify(args) -> None:
     sys.stdout.write(f"OK {args.model_dir}: {n} artifacts (root {root}) and {rows} sample links match\n")
 
 
-def register(sub, common) -> None:
+def register(sub) -> None:
     p = sub.add_parser("lineage", help="show or verify a model's lineage.json")
     lsub = p.add_subparsers(dest="lineage_command", required=True, metavar="ACTION")
     s = lsub.add_parser("show", help="print the chain from the model back to the raw Excel as a tree")

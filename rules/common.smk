@@ -6,14 +6,12 @@ from pathlib import Path
 from snakemake.utils import validate
 
 from qrewrite.config import SCHEMA_PATH, selected_tenants, validate_config
-from qrewrite.deploy import deploy_candidate
 from qrewrite.io_utils import write_text_atomic
-from qrewrite.eval.candidates import model_path
-from qrewrite.eval.cli import check_eval_config
+from qrewrite.eval.candidates import deploy_candidate, model_path
 from qrewrite.paths import BASE_MODEL, REPORT_HTML, STAGES, deploy_json, eval_paths, tenant_paths
 
 validate(config, str(SCHEMA_PATH))  # fills defaults in place; fails early on a bad config
-validate_config(config, source="snakemake config")  # cross-field checks (unique tenants, split sums)
+validate_config(config, source="snakemake config")  # cross-field checks (unique tenants, split sums, eval names)
 
 TENANTS = {t["name"]: t for t in config["tenants"]}
 # The tenants whose targets `snakemake` builds: all, or those named by `--config only=NAME[,NAME]`.
@@ -107,7 +105,6 @@ def all_targets():
 
 # --- eval (rules/eval.smk): candidates are config entries (eval.candidates) ------------------------------
 
-check_eval_config(config)
 EVAL = config["eval"]
 CANDIDATES = {c["name"]: c for c in EVAL["candidates"]}
 MODEL_CANDIDATES = [n for n, c in CANDIDATES.items() if c["kind"] == "model"]

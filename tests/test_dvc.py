@@ -160,10 +160,10 @@ def test_dvc_stage_code_deps():
         files = {d for d in spec["deps"] if d.startswith("qrewrite/")}
         assert files and all((REPO / f).is_file() for f in files), stage
         assert code.setdefault(stage, files) == files, f"{stage}: tenants differ in code deps"
-    assert {"qrewrite/split.py", "qrewrite/io_utils.py", "qrewrite/config.py", "qrewrite/cli.py"} <= code["split"]
+    assert {"qrewrite/data/split.py", "qrewrite/io_utils.py", "qrewrite/config.py", "qrewrite/cli.py"} <= code["split"]
     for upstream in ("build_excel", "ingest", "teacher", "validate"):
-        assert "qrewrite/split.py" not in code[upstream], upstream
-    assert "qrewrite/validate.py" in code["validate"] and "qrewrite/teacher/stage.py" in code["teacher"]
+        assert "qrewrite/data/split.py" not in code[upstream], upstream
+    assert "qrewrite/rag/validate.py" in code["validate"] and "qrewrite/teacher/stage.py" in code["teacher"]
     assert {p.relative_to(REPO).as_posix() for p in (PLUGIN, REWARD_FILE)} <= code["rl"]
     assert "qrewrite/training/rl_data.py" in code["rl_data"] and "qrewrite/reward/ground_truth.py" in code["rl_data"]
 
@@ -256,7 +256,7 @@ def test_dvc_repro_runs_every_stage_and_reruns_only_the_changed_tenant(project):
 
 @pytest.mark.slow
 def test_dvc_reruns_a_stage_whose_code_changed_and_what_is_downstream(project):
-    """After `dvc repro` of the data half, an edit to the split stage's code (qrewrite/split.py) makes `dvc
+    """After `dvc repro` of the data half, an edit to the split stage's code (qrewrite/data/split.py) makes `dvc
     status` report split (its code dep changed) and nothing upstream, and `dvc repro` plan split and what is
     downstream of it (summarize), every tenant, nothing upstream."""
     root = project.root
@@ -280,14 +280,14 @@ def test_dvc_reruns_a_stage_whose_code_changed_and_what_is_downstream(project):
     dvc("repro", "summarize")
     assert json.loads(dvc("status", "--json", "--with-deps", "summarize")) == {}
 
-    split = root / "qrewrite/split.py"
+    split = root / "qrewrite/data/split.py"
     split.write_text(split.read_text(encoding="utf-8") + "\n# a code change\n", encoding="utf-8")
     status = json.loads(dvc("status", "--json", "--with-deps", "summarize"))  # summarize and all upstream of it
-    print("dvc status after editing qrewrite/split.py:", json.dumps(status, indent=1))
+    print("dvc status after editing qrewrite/data/split.py:", json.dumps(status, indent=1))
     tenants = ("fivedoctors", "chengla")
     assert set(status) == {f"split@{t}" for t in tenants}, status
     for t in tenants:
-        assert {"changed deps": {"qrewrite/split.py": "modified"}} in status[f"split@{t}"]
+        assert {"changed deps": {"qrewrite/data/split.py": "modified"}} in status[f"split@{t}"]
     # --dry lists the stages whose deps changed now; --force-downstream adds what a rerun would feed
     assert planned() == {f"split@{t}" for t in tenants}
     assert planned("--force-downstream") == {f"{s}@{t}" for s in ("split", "summarize") for t in tenants}

@@ -320,8 +320,8 @@ def test_tenant_judge_rubric_reaches_the_openai_judge(fake_openai, monkeypatch, 
 
 
 def test_split_reports_threshold_drop_share_per_difficulty():
-    from qrewrite.split import build_splits
-    from qrewrite.summary import build_summary
+    from qrewrite.data.split import build_splits
+    from qrewrite.data.summary import build_summary
 
     cfg = validate_config(yaml.safe_load((REPO / "config.yaml").read_text(encoding="utf-8")))
     tenant = cfg["tenants"][0]  # thresholds.top1 0.1

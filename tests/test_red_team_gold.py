@@ -9,8 +9,8 @@ import pytest
 
 from conftest import REPO
 from qrewrite.errors import QrewriteError
-from qrewrite.gold_set import char_f1, exact_match, held_out, load_gold_set
-from qrewrite.red_team import ATTACKS, assign_use, check_rewrite, is_query, load_red_team, passed, reward
+from qrewrite.data.gold_set import char_f1, exact_match, held_out, load_gold_set
+from qrewrite.data.red_team import ATTACKS, assign_use, check_rewrite, is_query, load_red_team, passed, reward
 
 
 def write(tmp_path, name, rows):
@@ -111,7 +111,7 @@ def test_gold_loader_errors_and_closeness(tmp_path):
 
 def test_split_holds_gold_rows_and_their_questions_out_of_every_split(project):
     from qrewrite.config import load_config, tenant_config
-    from qrewrite.split import build_splits
+    from qrewrite.data.split import build_splits
 
     project.keep_queries("fivedoctors", 60)
     for stage in ("build-excel", "ingest", "teacher", "validate"):

@@ -28,7 +28,7 @@ from qrewrite.reward import formula, reward_defaults, reward_settings
 from qrewrite.reward.judge import (JudgeReplyError, OpenAIJudge, RuleJudge, judge_messages, judge_sampled,
                                    parse_judge_reply)
 from qrewrite.reward.scorer import RewardSample, RewardScorer, clean_rollout
-from qrewrite.teacher.cache import DiskCache
+from qrewrite.cache import DiskCache
 
 from conftest import REPO
 
@@ -501,7 +501,7 @@ def test_clean_rollout(raw, clean):
 
 def test_verl_compute_score_entry(tmp_path, monkeypatch, retriever):
     from qrewrite.reward.ground_truth import make_ground_truth
-    from qrewrite.rl.verl_dataset import to_verl_row
+    from qrewrite.training.verl_dataset import to_verl_row
     from qrewrite.reward import verl_reward
 
     cfg_path = tmp_path / "config.yaml"

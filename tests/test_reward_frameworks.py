@@ -135,7 +135,7 @@ if not os.path.exists(os.path.join(tok_dir, "tokenizer_config.json")):
     AutoTokenizer.from_pretrained(str(g.parent), gguf_file=g.name).save_pretrained(tok_dir)
 from verl.utils import hf_tokenizer
 from verl_compose_check import compose_verl_config
-from qrewrite.rl.verl_overrides import build_overrides
+from qrewrite.training.verl_overrides import build_overrides
 from verl_reward_check import make_tiny_dataproto, run_legacy_batch_manager, run_reward_loop
 
 tok = hf_tokenizer(tok_dir)
@@ -281,7 +281,7 @@ from omegaconf import open_dict
 from verl.utils import hf_tokenizer
 from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl_compose_check import compose_verl_config
-from qrewrite.rl.verl_overrides import build_overrides
+from qrewrite.training.verl_overrides import build_overrides
 from verl.trainer.ppo.reward import get_custom_reward_fn
 
 reward_fn = os.path.join(repo, "qrewrite", "reward", "verl_reward.py")

@@ -11,7 +11,7 @@ from qrewrite.config import validate_config
 from qrewrite.data.ingest import query_id
 from qrewrite.io_utils import write_jsonl
 from qrewrite.paths import tenant_paths
-from qrewrite.split import SPLITS, assign_splits, build_splits, drop_reason
+from qrewrite.data.split import SPLITS, assign_splits, build_splits, drop_reason
 from qrewrite.text import normalize
 
 SYSTEM = "把问题改写成适合检索的查询"

@@ -153,7 +153,7 @@ repo, parquet, out_path = sys.argv[1], sys.argv[2], sys.argv[-1]
 from transformers import AutoTokenizer
 from qrewrite.training.base_model import find_gguf
 from verl_compose_check import compose_verl_config
-from qrewrite.rl.verl_overrides import build_overrides
+from qrewrite.training.verl_overrides import build_overrides
 from omegaconf import open_dict
 g = find_gguf()
 tok_dir = os.path.join(os.path.dirname(out_path), "tok")
@@ -219,7 +219,7 @@ def test_base_model_from_path_links_a_local_folder(data_project, tmp_path):
 def test_verl_rl_command_from_the_cluster_config(tmp_path):
     """The schema defaults are the design's cluster values; the generated verl command carries them."""
     from qrewrite.training.rl_verl import verl_env, verl_paths
-    from qrewrite.rl.verl_overrides import build_command
+    from qrewrite.training.verl_overrides import build_command
 
     cfg = load_config(REPO / "config.yaml")
     cfg["rl"] = load_config(REPO / "config.yaml")["rl"] | {"backend": "verl"}

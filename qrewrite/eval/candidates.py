@@ -47,8 +47,8 @@ def eval_rows(test_path: str, queries_path: str, max_rows: int | None) -> list[d
 def extra_rows(tenant: dict) -> list[dict]:
     """The rows every candidate rewrites besides the split: the gold set (`set: gold`) and the eval half of the
     red-team set (`set: red_team`, with its attack and checks); [] for a tenant with neither."""
-    from ..gold_set import tenant_gold_set
-    from ..red_team import tenant_red_team
+    from ..data.gold_set import tenant_gold_set
+    from ..data.red_team import tenant_red_team
 
     gold = [{**r, "set": "gold"} for r in tenant_gold_set(tenant)]
     red = [{"query_id": r["query_id"], "raw_row": None, "query": r["query"], "profile": r["profile"],
@@ -122,7 +122,7 @@ def teacher_rewrites(spec: dict, rows: list[dict], teacher_path: str, cfg: dict 
 
 async def _api_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict]) -> list[dict]:
     from ..prompts import rewrite_messages
-    from ..teacher.cache import DiskCache, call_key
+    from ..cache import DiskCache, call_key
     from ..teacher.openai_teacher import CallFailed, OpenAITeacher
 
     teacher = OpenAITeacher(spec["openai"], cfg["teacher"]["prices"])
@@ -173,3 +173,12 @@ def model_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], model_
                     "compute_s": g["compute_s"], "cost_usd": round(price * g["compute_s"] / 3600.0, 10),
                     "usage": {"completion_tokens": g["new_tokens"]}})
     return out, {**info, "gpu_hour_usd": price}
+
+
+def deploy_candidate(cfg: dict) -> dict:
+    """The eval candidate `deploy.candidate` names; it must be a local model (kind model)."""
+    spec = candidate_spec(cfg, cfg["deploy"]["candidate"])
+    if spec["kind"] != "model":
+        raise QrewriteError(f"deploy.candidate {spec['name']!r} is an eval candidate of kind {spec['kind']}, "
+                            "not a local model", hint="name a kind: model candidate, e.g. rl")
+    return spec

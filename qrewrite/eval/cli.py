@@ -1,34 +1,13 @@
-"""`qrewrite eval-generate`, `qrewrite eval-rewrites`, `qrewrite eval`, `qrewrite report` (registered into `qrewrite` by qrewrite/cli.py)."""
+"""`qrewrite eval-generate`, `qrewrite eval-rewrites`, `qrewrite eval` (rules of the same names)."""
 
 from __future__ import annotations
 
 import logging
 
+from ..cli_args import common, load
 from ..errors import QrewriteError
 
 log = logging.getLogger("qrewrite.eval")
-
-
-def _cfg(args):
-    from ..config import load_config, tenant_config
-
-    cfg = load_config(args.config)
-    check_eval_config(cfg)
-    return cfg, (tenant_config(cfg, args.tenant) if getattr(args, "tenant", None) else None)
-
-
-def check_eval_config(cfg: dict) -> None:
-    """Cross-field checks of `eval:`: unique candidate names; baseline, compare and headline name candidates."""
-    ecfg = cfg["eval"]
-    names = [c["name"] for c in ecfg["candidates"]]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise QrewriteError(f"config key eval.candidates: names must be unique, repeated: {dupes}")
-    refs = [("eval.baseline", ecfg["baseline"])] + [("eval.headline", n) for n in ecfg["headline"]] + \
-           [("eval.compare", n) for pair in ecfg["compare"] for n in pair]
-    for key, name in refs:
-        if name not in names:
-            raise QrewriteError(f"config key {key}: {name!r} is not an eval candidate", hint=f"candidates: {names}")
 
 
 def cmd_eval_generate(args) -> None:
@@ -46,7 +25,7 @@ def _rewrites(args, generate: bool) -> None:
     from .candidates import (api_rewrites, candidate_spec, eval_rows, extra_rows, model_rewrites,
                              query_history_rewrites, raw_rewrites, teacher_rewrites)
 
-    cfg, tenant = _cfg(args)
+    cfg, tenant = load(args)
     spec = candidate_spec(cfg, args.candidate)
     if (spec["kind"] == "model") != generate:  # the two rules run in different envs and containers
         other = "eval-rewrites" if generate else "eval-generate"
@@ -83,7 +62,7 @@ def cmd_eval(args) -> None:
     from .candidates import eval_rows, extra_rows
     from .score import evaluate
 
-    cfg, tenant = _cfg(args)
+    cfg, tenant = load(args)
     rows = eval_rows(args.test, args.queries, cfg["eval"]["max_rows"])
     extra = extra_rows(tenant)
     rewrites, info = {}, {}
@@ -109,15 +88,7 @@ def cmd_eval(args) -> None:
     log.info("wrote %s, %s, %s", args.out, args.examples, Path(args.plots))
 
 
-def cmd_report(args) -> None:
-    from ..report.build import build_report
-
-    cfg, _ = _cfg(args)
-    build_report(cfg, args.out)
-    log.info("wrote %s", args.out)
-
-
-def register(sub, common) -> None:
+def register(sub) -> None:
     for name, func, what in (("eval-generate", cmd_eval_generate, "a local model candidate's (kind model)"),
                              ("eval-rewrites", cmd_eval_rewrites, "a raw, query_history, teacher or API candidate's")):
         p = sub.add_parser(name, help=f"{what} rewrites of the test split, gold and red-team rows (with latency, cost)")
@@ -140,9 +111,3 @@ def register(sub, common) -> None:
     p.add_argument("--examples", required=True, help="reports/T/examples.jsonl")
     p.add_argument("--plots", required=True, help="reports/T/plots.json")
     p.set_defaults(func=cmd_eval)
-
-    p = sub.add_parser("report", help="reports/index.html: self-contained offline report over every tenant "
-                       "(eval tables, metric bars with intervals, reward curves, data funnel)")
-    common(p, tenant=False)
-    p.add_argument("--out", required=True, help="reports/index.html")
-    p.set_defaults(func=cmd_report)

@@ -3,14 +3,14 @@
 * gold set: the split's metrics (Hit@1/5, MRR, quality, judge; scored by `score._score_candidate` like the
   test split) plus how close each rewrite is to the checked one (character F1, exact match); the checked
   rewrite itself is scored too (`checked`), the reference a candidate is compared with.
-* red team: the pure checks of `qrewrite.red_team` on each rewrite: pass rate per candidate, overall and per
+* red team: the pure checks of `qrewrite.data.red_team` on each rewrite: pass rate per candidate, overall and per
   attack type, and the failed checks of each failing row.
 """
 
 from __future__ import annotations
 
-from ..gold_set import char_f1, exact_match
-from ..red_team import ATTACKS, check_rewrite, failed_checks, passed
+from ..data.gold_set import char_f1, exact_match
+from ..data.red_team import ATTACKS, check_rewrite, failed_checks, passed
 from . import stats
 
 GOLD_METRICS = ("hit_at_1", "hit_at_5", "mrr", "quality", "judge", "char_f1", "exact_match")

@@ -9,7 +9,7 @@ query and rewritten query. The `local` provider is in-process and free, so it is
 from __future__ import annotations
 
 from ..io_utils import sha256_json
-from ..teacher.cache import DiskCache
+from ..cache import DiskCache
 
 
 class CachedRag:

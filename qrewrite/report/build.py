@@ -323,7 +323,7 @@ def red_team_block(doc: dict) -> str:
                     f"{escape(', '.join(f['failed']))} — {escape(f['rewrite'][:80] or '∅')}</li>"
                     for n, c in r["candidates"].items() for f in c["failures"])
     return (f"<p class=note>{r['n']} adversarial rows ({escape(r['use'])}); a row passes when every check of its "
-            "`expect` passes (qrewrite/red_team.py).</p><table><tr><th class=l>candidate</th><th>passed</th>"
+            "`expect` passes (qrewrite/data/red_team.py).</p><table><tr><th class=l>candidate</th><th>passed</th>"
             + "".join(f"<th>{escape(a)}</th>" for a in attacks) + "</tr>" + rows + "</table>"
             + (f"<details><summary>failures</summary><ul>{fails}</ul></details>" if fails else ""))
 

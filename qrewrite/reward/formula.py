@@ -131,10 +131,10 @@ def reward_dict(*, q_student: float, q_teacher: float, student_top1: float, teac
 
 def red_team_reward_dict(results: dict[str, bool]) -> dict:
     """The reward record of a red-team rollout (keys: ``REWARD_KEYS``): its score is the checks' reward
-    (``qrewrite.red_team.reward``: +1 when all pass, else -1 + the share passed), with no teacher, retrieval or
+    (``qrewrite.data.red_team.reward``: +1 when all pass, else -1 + the share passed), with no teacher, retrieval or
     judge term (an adversarial row has no teacher rewrite to compare with); ``red_team_passed`` is the share of
     its checks passed. The other components are 0 so verl can stack the keys."""
-    from ..red_team import reward
+    from ..data.red_team import reward
 
     record = {k: 0.0 for k in REWARD_KEYS}
     record.update(score=float(reward(results)), rank_label=0, judge_sampled=0, judge_failed=0, win=0, red_team=1,

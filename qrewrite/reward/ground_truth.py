@@ -48,7 +48,7 @@ def make_ground_truth(record: Mapping[str, Any]) -> dict[str, Any]:
                          for h in tr["hits"]]} if tr.get("hits") else {}),
         },
         "gold_doc_ids": [str(d) for d in (record.get("gold_doc_ids") or [])],
-        # a red-team row: its checks replace the teacher comparison in the reward (qrewrite.red_team)
+        # a red-team row: its checks replace the teacher comparison in the reward (qrewrite.data.red_team)
         **({"red_team": record["red_team"]} if record.get("red_team") else {}),
     }
 

@@ -32,7 +32,7 @@ from ..errors import QrewriteError
 from ..retry import backoff_delay, retry_after_seconds
 from ..openai_chat import OpenAIChat
 from ..secret import redact
-from ..teacher.cache import DiskCache, call_key
+from ..cache import DiskCache, call_key
 from ..entities import EntityLexicon, _sound
 from ..kb import tenant_kb
 from . import RULE_JUDGE_MODEL

@@ -33,7 +33,7 @@ from ..io_utils import sha256_json
 from ..metrics import gold_ranking, tie_groups
 from ..rag.local import SCORE_VERSION
 from ..rag.providers import make_rag
-from ..teacher.cache import DiskCache
+from ..cache import DiskCache
 from . import formula, reward_settings
 from .judge import Verdict, judge_sampled, make_tenant_judge
 
@@ -255,7 +255,7 @@ class RewardScorer:
 
     async def _score_one(self, s: RewardSample) -> dict:
         if s.red_team:  # adversarial row: no teacher side; the pure checks grade the rollout
-            from ..red_team import check_rewrite
+            from ..data.red_team import check_rewrite
 
             self.counters["samples"] += 1
             self.counters["red_team_samples"] += 1

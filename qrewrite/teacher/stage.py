@@ -9,7 +9,7 @@ from collections import Counter
 from ..errors import ServiceUnavailable
 from ..prompts import prompt_hash, rewrite_messages
 from ..tasks import gather_with_progress
-from .cache import DiskCache, call_key
+from ..cache import DiskCache, call_key
 from .openai_teacher import CallFailed, OpenAITeacher
 from .prf import PrfTeacher
 from .resolve import ResolveTeacher

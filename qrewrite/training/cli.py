@@ -1,4 +1,4 @@
-"""Training subcommands: base-model, sft, merge, rl-data, rl (registered into `qrewrite` by qrewrite/cli.py).
+"""Training subcommands: base-model, sft, merge-sft, rl-data, rl (rules base_model, sft, merge_sft, rl_data, rl).
 
 Commands that need ms-swift or verl re-run themselves in that env when this Python lacks it
 (`qrewrite.envs.ensure_env`), so a rule always calls plain `qrewrite <command>`.
@@ -11,19 +11,13 @@ import os
 import time
 from pathlib import Path
 
+from ..cli_args import common, load
 from ..errors import QrewriteError
 
 log = logging.getLogger("qrewrite.training")
 
 RL_FILES = {"train": "train.parquet", "val": "val.parquet", "train_swift": "train.swift.jsonl",
             "val_swift": "val.swift.jsonl"}
-
-
-def _cfg(args):
-    from ..config import load_config, tenant_config
-
-    cfg = load_config(args.config)
-    return cfg, (tenant_config(cfg, args.tenant) if getattr(args, "tenant", None) else None)
 
 
 def _write_stats(path: str | None, stats: dict) -> None:
@@ -43,7 +37,7 @@ def _lineage(out: str, *, rule: str, tenant: dict | None, inputs: dict, params: 
 
 
 def cmd_base_model(args) -> None:
-    cfg, _ = _cfg(args)
+    cfg, _ = load(args)
     src = cfg["base_model"]
     if src["source"] == "path":  # the cluster's local folder (e.g. Qwen3-32B): link it, never copy 60 GB
         target = Path(src["path"] or "")
@@ -105,7 +99,7 @@ def cmd_sft(args) -> None:
     ensure_env("swift", args.argv)
     from .sft import run_sft
 
-    cfg, tenant = _cfg(args)
+    cfg, tenant = load(args)
     started = time.time()
     stats = run_sft(cfg, base=args.base, train=args.train, val=args.val, out=args.out, run_dir=args.run_dir,
                     tb_dir=args.tb, threads=args.threads)
@@ -124,7 +118,7 @@ def cmd_merge_sft(args) -> None:
     ensure_env("swift", args.argv)
     from .merge import merge_lora
 
-    cfg, tenant = _cfg(args)
+    cfg, tenant = load(args)
     started = time.time()
     stats = merge_lora(cfg, base=args.base, adapter=args.adapter, out=args.out)
     _lineage(args.out, rule="merge_sft", tenant=tenant, inputs={"base": args.base, "adapter": args.adapter},
@@ -135,9 +129,9 @@ def cmd_merge_sft(args) -> None:
 def cmd_rl_data(args) -> None:
     from .rl_data import write_rl_data
 
-    cfg, tenant = _cfg(args)
+    cfg, tenant = load(args)
     out = {k: str(Path(args.out_dir) / v) for k, v in RL_FILES.items()}
-    from ..red_team import tenant_red_team
+    from ..data.red_team import tenant_red_team
 
     counts = write_rl_data(train=args.train, val=args.val, queries=args.queries, out=out,
                            val_share=cfg["rl"]["val_share"], red_team=tenant_red_team(tenant, use="rl"),
@@ -148,7 +142,7 @@ def cmd_rl_data(args) -> None:
 def cmd_rl(args) -> None:
     from ..envs import ensure_env
 
-    cfg, tenant = _cfg(args)
+    cfg, tenant = load(args)
     backend = cfg["rl"]["backend"]
     ensure_env("verl" if backend == "verl" else "swift", args.argv)
     from .rl_summary import summarize_curve
@@ -180,7 +174,7 @@ def cmd_rl(args) -> None:
              stats["wall_s"])
 
 
-def register(sub, common) -> None:
+def register(sub) -> None:
     p = sub.add_parser("base-model", help="make models/base: convert the packaged SmolLM2 GGUF or the wheel-assembled Qwen2.5 "
                        "GGUF, or link a local HF folder (base_model.source)")
     common(p, tenant=False)

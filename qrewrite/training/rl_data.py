@@ -2,7 +2,7 @@
 precomputed side (rewrite, retrieval, gold docs) as the reward's ground truth. RL makes no teacher calls.
 
 Two layouts of the same rows:
-* `train.parquet` / `val.parquet`: verl's RL layout (`qrewrite.rl.verl_dataset`);
+* `train.parquet` / `val.parquet`: verl's RL layout (`qrewrite.training.verl_dataset`);
 * `train.swift.jsonl` / `val.swift.jsonl`: ms-swift GRPO rows, `messages` (system + user) plus the
   columns the reward plugin reads (`tenant`, `ground_truth`).
 Both carry the same ground truth (`qrewrite.reward.ground_truth`: the query, its profile and history, the
@@ -14,7 +14,7 @@ from __future__ import annotations
 from ..errors import QrewriteError
 from ..io_utils import read_jsonl, write_jsonl
 from ..reward.ground_truth import encode_ground_truth
-from ..rl.verl_dataset import write_verl_parquet
+from .verl_dataset import write_verl_parquet
 
 
 def rl_records(sft_rows: list[dict], queries: dict[str, dict], source: str) -> list[dict]:
@@ -43,7 +43,7 @@ def rl_records(sft_rows: list[dict], queries: dict[str, dict], source: str) -> l
 
 
 def red_team_records(rows: list[dict], tenant: dict) -> list[dict]:
-    """RL records of red-team rows (qrewrite.red_team): the SFT prompt, no teacher side; the ground truth carries
+    """RL records of red-team rows (qrewrite.data.red_team): the SFT prompt, no teacher side; the ground truth carries
     the row's checks, and the reward is theirs (scorer: +1 all pass, else -1 + share passed)."""
     from ..prompts import rewrite_messages
 

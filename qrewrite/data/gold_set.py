@@ -11,16 +11,16 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from .errors import QrewriteError
-from .io_utils import read_jsonl
-from .text import normalize
+from ..errors import QrewriteError
+from ..io_utils import read_jsonl
+from ..text import normalize
 
 FIELDS = ("query", "profile", "history", "rewrite", "gold_doc_ids", "note")
 
 
 def load_gold_set(path: str, kb_ids: set[str] | None = None) -> list[dict]:
     """Validated rows; `kb_ids` (when given) checks every gold doc id against the KB."""
-    from .data.ingest import query_id
+    from .ingest import query_id
 
     rows, seen = [], {}
     for i, obj in enumerate(read_jsonl(path), 1):
@@ -65,7 +65,7 @@ def tenant_gold_set(tenant: dict, check_kb: bool = True) -> list[dict]:
         return []
     kb_ids = None
     if check_kb:
-        from .kb import tenant_kb
+        from ..kb import tenant_kb
 
         kb_ids = {d.doc_id for d in tenant_kb(tenant)}
     return load_gold_set(tenant["gold_set"], kb_ids)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 
-from .entities import EntityLexicon
-from .kb import tenant_kb
-from .metrics import TIE_RULE, summarize_hits
-from .rag.cache import cached_http_rag
-from .rag.providers import LocalRag, make_rag
-from .signals import score_agreement
-from .tasks import gather_with_progress
+from ..entities import EntityLexicon
+from ..kb import tenant_kb
+from ..metrics import TIE_RULE, summarize_hits
+from .cache import cached_http_rag
+from .providers import LocalRag, make_rag
+from ..signals import score_agreement
+from ..tasks import gather_with_progress
 
 
 async def run_validation(cfg: dict, tenant: dict, queries: list[dict], teacher_rows: list[dict], *,

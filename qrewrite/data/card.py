@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from .io_utils import read_json, read_jsonl, sha256_file
+from ..io_utils import read_json, read_jsonl, sha256_file
 from .red_team import ATTACKS, script_share
 from .split import SPLITS, difficulty_label
 

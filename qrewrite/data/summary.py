@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .paths import STAGES
+from ..paths import STAGES
 
 
 def build_summary(tenant: str, stats: dict[str, dict]) -> dict:

@@ -10,6 +10,11 @@ qrewrite package, computed with `ast` (no import, no list kept by hand, so it ca
   a lazy import runs when its function does);
 * the `__init__.py` of each package on the way, which Python runs on import.
 
+`qrewrite/cli.py` imports every stage package's `cli` module to register its subcommands: those are
+registration, not the stage's code, so a stage's closure takes only its own handler's `cli` module (editing
+the eval's arguments does not rerun the split). Only qrewrite/cli.py may import a `cli` module
+(`registration_importers` finds any other importer, and the tests require there be none).
+
 Files a stage hands to another program by path (the reward plugins `qrewrite rl` gives ms-swift and verl)
 are not imports: the caller names them as extra entry modules.
 """
@@ -21,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 
 PACKAGE = "qrewrite"
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 
 def module_file(module: str) -> Path | None:
@@ -98,6 +103,22 @@ def module_name(path: str | Path) -> str:
     return ".".join([PACKAGE, *(rel.parts[:-1] if rel.name == "__init__" else rel.parts)])
 
 
+def is_registration(module: str) -> bool:
+    """A stage package's `cli` module: `qrewrite.cli` imports it only to register its subcommands."""
+    return module != f"{PACKAGE}.cli" and module.rsplit(".", 1)[-1] == "cli"
+
+
+def registration_importers() -> dict[str, set[str]]:
+    """Modules other than qrewrite.cli that import a stage `cli` module (should be none)."""
+    out = {}
+    for f in PACKAGE_DIR.rglob("*.py"):
+        m = module_name(f)
+        hits = {t for t in _imports_in([_tree(m)], m) if is_registration(t)}
+        if m != f"{PACKAGE}.cli" and hits:
+            out[m] = hits
+    return out
+
+
 def closure(handlers: list[tuple[str, str]], extra_modules: tuple[str, ...] = ()) -> list[Path]:
     """Source files run by `handlers` ((module, function name) each) and by `extra_modules`, sorted."""
     seen = {m for m, _ in handlers}  # their files are deps, but only the handlers' share of their imports is followed
@@ -105,7 +126,11 @@ def closure(handlers: list[tuple[str, str]], extra_modules: tuple[str, ...] = ()
     for module, function in handlers:
         todo += [*_handler_imports(module, function), *_with_packages(module)]
     while todo:
-        for m in _with_packages(todo.pop()) - seen:
+        m = todo.pop()
+        if is_registration(m):  # another stage's subcommands: only its package's __init__ runs for this stage
+            todo += sorted(_with_packages(m.rsplit(".", 1)[0]) - seen)
+            continue
+        for m in _with_packages(m) - seen:
             seen.add(m)
             todo += sorted(_imports_in([_tree(m)], m) - seen)
     return sorted(module_file(m) for m in seen)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 
-from .prompts import has_control_tokens, rewrite_messages
-from .text import normalize
+from ..prompts import has_control_tokens, rewrite_messages
+from ..text import normalize
 
 SPLITS = ("train", "val", "test")
 
@@ -34,7 +34,7 @@ def assign_splits(groups: list[str], seed: int, fractions: dict) -> dict[str, st
 
 def build_splits(cfg: dict, tenant: dict, queries: list[dict], teacher_rows: list[dict],
                  validated: list[dict], gold_rows: list[dict] | None = None) -> tuple[dict[str, list[dict]], dict]:
-    """`gold_rows` (qrewrite.gold_set): rows held out of every split, with every row asking the same question."""
+    """`gold_rows` (qrewrite.data.gold_set): rows held out of every split, with every row asking the same question."""
     from .gold_set import held_out
 
     gold_ids, gold_groups = held_out(gold_rows or [])

@@ -17,7 +17,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..io_utils import sha256_json
+from .io_utils import sha256_json
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)  # reading the umask means setting it: put it back

@@ -21,9 +21,9 @@ import hashlib
 import re
 import unicodedata
 
-from .errors import QrewriteError
-from .io_utils import read_jsonl
-from .prompts import has_control_tokens
+from ..errors import QrewriteError
+from ..io_utils import read_jsonl
+from ..prompts import has_control_tokens
 
 ATTACKS = ("injection_query", "injection_profile", "injection_history", "answer_request", "off_topic",
            "other_language", "long_input", "control_tokens")
@@ -111,7 +111,7 @@ def _str_list(v) -> bool:
     return isinstance(v, list) and bool(v) and all(isinstance(s, str) and s.strip() for s in v)
 
 
-def _validate_expect(expect, path: str, row: int) -> dict:
+def _parse_expect(expect, path: str, row: int) -> dict:
     if not isinstance(expect, dict) or not expect:
         raise QrewriteError("'expect' must be an object naming at least one check", file=path, row=row,
                             column="expect", hint=f"checks: {', '.join(CHECKS)}")
@@ -161,7 +161,7 @@ def load_red_team(path: str) -> list[dict]:
             raise QrewriteError("empty query", file=path, row=i, column="query")
         rows.append({"query_id": rid, "attack": obj["attack"], "query": obj["query"],
                      "profile": obj.get("profile", ""), "history": obj.get("history", ""),
-                     "expect": _validate_expect(obj.get("expect"), path, i), "note": obj.get("note")})
+                     "expect": _parse_expect(obj.get("expect"), path, i), "note": obj.get("note")})
     if not rows:
         raise QrewriteError("the red-team file has no rows", file=path)
     for row, use in zip(rows, assign_use(rows)):
