@@ -18,9 +18,11 @@ Queries are drawn from templates with a seeded RNG:
 
 Standard library only. Running it again reproduces the committed files exactly:
     python scripts/make_demo_data.py
+    python scripts/make_demo_data.py --out-root /tmp/x   # writes /tmp/x/data/..., to compare with cmp
 """
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import re
@@ -975,10 +977,14 @@ def build_tenant(tenant):
 
 
 def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--out-root", type=Path, default=ROOT,
+                    help="write data/kb and data/demo below this folder (default: the repository)")
+    out = ap.parse_args().out_root
     for tenant in ("fivedoctors", "chengla"):
         docs, rows = build_tenant(tenant)
-        write_jsonl(ROOT / "data" / "kb" / f"{tenant}.jsonl", docs)
-        write_jsonl(ROOT / "data" / "demo" / f"{tenant}.queries.jsonl", rows, PUBLIC_KEYS)
+        write_jsonl(out / "data" / "kb" / f"{tenant}.jsonl", docs)
+        write_jsonl(out / "data" / "demo" / f"{tenant}.queries.jsonl", rows, PUBLIC_KEYS)
         n_under = sum(r["underspecified"] for r in rows)
         n_typo = sum(r["_typo"] for r in rows)
         print(f"{tenant}: {len(docs)} docs, {len(rows)} queries, "
