@@ -10,21 +10,17 @@
   failure: the caller treats the rollout as unjudged (judge term 0) and counts it; nothing crashes
   and no score is invented.
 
-Which rollouts are judged is ``judge_sampled(query_id, rollout_text, share)``: a hash, so reruns
-judge the same rollouts and hit the judge cache.
+``judges.make_judge`` picks one; both answer with a ``verdict.Verdict``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import math
-import os
 import re
 from collections import Counter
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -34,35 +30,12 @@ from ..openai_chat import OpenAIChat
 from ..secret import redact
 from ..teacher.cache import DiskCache, call_key
 from ..entities import EntityLexicon, _sound
-from ..kb import tenant_kb
 from . import RULE_JUDGE_MODEL
 from ..rag.local import LocalRetriever
 from ..text import normalize, tokenize_parts
+from .verdict import Verdict
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """A judge's answer. ``score`` is None when the judge failed (``reason`` says why)."""
-
-    score: float | None
-    reason: str
-    cached: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.score is not None
-
-
-def judge_sampled(query_id: str, text: str, share: float) -> bool:
-    """Deterministic sampling: judge this rollout iff hash(query_id, text) falls below ``share``."""
-    if share >= 1.0:
-        return True
-    if share <= 0.0:
-        return False
-    digest = hashlib.sha256(f"{query_id}\x1f{text}".encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") / 2.0 ** 64 < share
 
 
 # --------------------------------------------------------------------------------------------- rules
@@ -462,27 +435,3 @@ class OpenAIJudge(OpenAIChat):
 
     async def aclose(self):
         await self.client.close()
-
-
-def make_judge(settings: dict, language: str, docs: list | None = None, cache_dir: str | None = None,
-               rubric: str | None = None, retriever: LocalRetriever | None = None):
-    """The judge named by ``reward.judge.provider`` (``settings`` = ``reward_settings(cfg)``); ``docs``:
-    the tenant's KB, which the rule judge reads its entities and aspects from; ``rubric``: the tenant's
-    judge_rubric (OpenAI judge only); ``retriever``: a local retriever over ``docs`` to share (rule judge)."""
-    jcfg = settings["judge"]
-    if jcfg["provider"] == "rule":
-        return RuleJudge(language, docs, retriever=retriever)
-    if jcfg["provider"] == "openai":
-        cache = DiskCache(os.path.join(cache_dir or settings["cache_dir"], "judge"))
-        return OpenAIJudge(jcfg["openai"], cache, rubric)
-    raise QrewriteError(f"unknown reward.judge.provider {jcfg['provider']!r}", hint="use rule or openai")
-
-
-def make_tenant_judge(settings: dict, tenant: dict, cache_dir: str | None = None, rag=None):
-    """``make_judge`` for a tenant: the rule judge reads the tenant's KB, sharing ``rag``'s local retriever
-    (and its BM25 index) when ``rag`` is the local provider."""
-    retriever = getattr(rag, "retriever", None)
-    docs = None
-    if settings["judge"]["provider"] == "rule":
-        docs = retriever.docs if retriever is not None else tenant_kb(tenant)
-    return make_judge(settings, tenant.get("language", "zh"), docs, cache_dir, tenant.get("judge_rubric"), retriever)

@@ -35,7 +35,8 @@ from ..rag.local import SCORE_VERSION
 from ..rag.providers import make_rag
 from ..teacher.cache import DiskCache
 from . import formula, reward_settings
-from .judge import Verdict, judge_sampled, make_tenant_judge
+from .judges import make_tenant_judge
+from .verdict import Verdict, judge_sampled
 
 log = logging.getLogger(__name__)
 
