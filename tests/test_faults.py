@@ -273,7 +273,7 @@ def test_truncated_stream_is_an_error_not_a_short_answer(fake_openai):
 @pytest.mark.parametrize("fault", TEACHER_FAULTS, ids=str)
 def test_judge_faults_are_retried_and_never_cached_as_verdicts(fake_openai, tmp_path, monkeypatch, fault):
     from qrewrite.reward import reward_defaults
-    from qrewrite.reward.judge import OpenAIJudge
+    from qrewrite.reward.judge_openai import OpenAIJudge
     from qrewrite.teacher.cache import DiskCache
 
     monkeypatch.setenv("QR_TEST_KEY", ENV["QR_TEST_KEY"])
