@@ -25,7 +25,7 @@ from qrewrite.kb import load_kb
 from qrewrite.metrics import mean_top3, retrieval_quality, top1
 from qrewrite.rag.local import LocalRetriever
 from qrewrite.reward import formula, reward_defaults, reward_settings
-from qrewrite.reward.judge import RuleJudge
+from qrewrite.reward.judge_rules import RuleJudge
 from qrewrite.reward.judge_openai import JudgeReplyError, OpenAIJudge, judge_messages, parse_judge_reply
 from qrewrite.reward.scorer import RewardSample, RewardScorer, clean_rollout
 from qrewrite.reward.verdict import judge_sampled

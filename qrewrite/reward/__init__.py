@@ -20,7 +20,7 @@ import copy
 import functools
 from typing import Any
 
-# The embedded rule judge's version, recorded in lineage (qrewrite.reward.judge.RuleJudge.model).
+# The embedded rule judge's version, recorded in lineage (qrewrite.reward.judge_rules.RuleJudge.model).
 RULE_JUDGE_MODEL = "rules-v2"
 
 

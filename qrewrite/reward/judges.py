@@ -13,8 +13,8 @@ from ..errors import QrewriteError
 from ..kb import tenant_kb
 from ..rag.local import LocalRetriever
 from ..teacher.cache import DiskCache
-from .judge import RuleJudge
 from .judge_openai import OpenAIJudge
+from .judge_rules import RuleJudge
 
 
 def make_judge(settings: dict, language: str, docs: list | None = None, cache_dir: str | None = None,
