@@ -34,7 +34,6 @@ _ASK_BACK = re.compile(
     r"(您|你)(是|是不是)?(是指|是说|指的是|说的是|想问|要问|问的是|想要|想了解|需要|能否|可否|方便|具体)|请(您|你)?(提供|说明|告诉|补充|确认|描述)|"
     r"是否(需要|想)|\b(could|can|would) you\b|\bdo you (mean|want|need)\b|\bplease (clarify|specify|provide)\b",
     re.IGNORECASE)
-_SENTENCE_END = re.compile(r"[。！!]|\.(\s|$)")
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
