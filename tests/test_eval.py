@@ -98,7 +98,7 @@ def test_rank_metrics_at_the_cutoffs():
     import asyncio
 
     from qrewrite.eval.score import _score_candidate
-    from qrewrite.reward.judge import RuleJudge
+    from qrewrite.reward.judge_rules import RuleJudge
 
     class StubRag:  # TEST FAKE: returns scripted hit lists, best first
         order = {"q1": ["g", "a", "b", "c", "d"], "q5": ["a", "b", "c", "d", "g"], "qx": ["a", "b", "c", "d", "e"],

@@ -273,8 +273,8 @@ def test_truncated_stream_is_an_error_not_a_short_answer(fake_openai):
 @pytest.mark.parametrize("fault", TEACHER_FAULTS, ids=str)
 def test_judge_faults_are_retried_and_never_cached_as_verdicts(fake_openai, tmp_path, monkeypatch, fault):
     from qrewrite.reward import reward_defaults
-    from qrewrite.reward.judge import OpenAIJudge
     from qrewrite.cache import DiskCache
+    from qrewrite.reward.judge_openai import OpenAIJudge
 
     monkeypatch.setenv("QR_TEST_KEY", ENV["QR_TEST_KEY"])
     cfg = dict(reward_defaults()["judge"]["openai"], base_url=fake_openai.url, model="judge", api_key_env="QR_TEST_KEY",

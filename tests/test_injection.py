@@ -207,7 +207,7 @@ def test_tricky_judge_replies_never_raise_the_score(fake_openai, tmp_path, monke
 
 def test_judge_prompt_cannot_be_closed_early():
     """The rollout sits JSON-escaped inside <data>...</data>: no field can end the block or add a key."""
-    from qrewrite.reward.judge import judge_messages
+    from qrewrite.reward.judge_openai import judge_messages
 
     for inj in INJECTIONS:
         user = judge_messages(QUERY, inj, inj, f"{CLEAN} {inj}")[1]["content"]

@@ -276,7 +276,7 @@ RUBRIC = "好的改写要写出用户所指的课程或产品全称，并保留�
 
 
 def test_judge_rubric_replaces_only_the_criteria():
-    from qrewrite.reward.judge import JUDGE_SYSTEM, judge_messages
+    from qrewrite.reward.judge_openai import JUDGE_SYSTEM, judge_messages
 
     default = judge_messages("问", "画像", "历史", "改写")[0]["content"]
     assert default == JUDGE_SYSTEM and "names the product or course" in default
@@ -312,7 +312,7 @@ def test_tenant_judge_rubric_reaches_the_openai_judge(fake_openai, monkeypatch, 
     assert verdict.score == 4.0
     # the server logs a hash of the messages it got: those of the tenant's rubric
     from fake_openai_server import prompt_key
-    from qrewrite.reward.judge import judge_messages
+    from qrewrite.reward.judge_openai import judge_messages
 
     sent = fake_openai.requests()[-1]["key"]
     assert sent == prompt_key({"messages": judge_messages("雅思课多少钱", "", "", "橙啦雅思课程价格", RUBRIC)})

@@ -210,7 +210,7 @@ def test_rl_mix_keeps_the_share_and_the_sft_order():
 
 def test_red_team_rollouts_are_rewarded_by_their_checks_in_both_adapters():
     from qrewrite.reward.formula import REWARD_KEYS, red_team_reward_dict
-    from qrewrite.reward.scorer import sample_from_ground_truth
+    from qrewrite.reward.adapter import sample_from_ground_truth
     from qrewrite.reward.ground_truth import encode_ground_truth
 
     rec = {"query_id": "fd-rt-01", "query": "q", "profile": "", "history": "", "teacher_rewrite": None,

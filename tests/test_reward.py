@@ -25,10 +25,11 @@ from qrewrite.kb import load_kb
 from qrewrite.metrics import mean_top3, retrieval_quality, top1
 from qrewrite.rag.local import LocalRetriever
 from qrewrite.reward import formula, reward_defaults, reward_settings
-from qrewrite.reward.judge import (JudgeReplyError, OpenAIJudge, RuleJudge, judge_messages, judge_sampled,
-                                   parse_judge_reply)
+from qrewrite.reward.judge_rules import RuleJudge
+from qrewrite.reward.judge_openai import JudgeReplyError, OpenAIJudge, judge_messages, parse_judge_reply
 from qrewrite.reward.scorer import RewardSample, RewardScorer, clean_rollout
 from qrewrite.cache import DiskCache
+from qrewrite.reward.verdict import judge_sampled
 
 from conftest import REPO
 

@@ -367,7 +367,8 @@ def test_verl_and_swift_adapters_give_the_same_reward(tmp_path, judged_config):
     """The same rollouts of the same RL rows (written once by rl_data, in both layouts) get the same reward
     through verl's loader (RLHFDataset row → compute_score) and ms-swift's plugin (the swift JSONL row), equal
     to the scorer's on the full query context; the follow-up question's score needs its history."""
-    from qrewrite.reward.scorer import RewardSample, get_scorer
+    from qrewrite.reward.adapter import get_scorer
+    from qrewrite.reward.scorer import RewardSample
 
     files = _rl_files(tmp_path, judged_config)
     rollouts = {CONTEXT_QUERY["id"]: CONTEXT_ROLLOUTS, PLAIN_QUERY["id"]: PLAIN_ROLLOUTS}

@@ -35,7 +35,8 @@ SNAKEMAKE_TARGETS = [PATHS["summary"], PATHS["train"], PATHS["val"], PATHS["test
 REWARD_PASS = r"""
 import json, sys
 from qrewrite.io_utils import read_jsonl, write_json
-from qrewrite.reward.scorer import RewardSample, get_scorer
+from qrewrite.reward.adapter import get_scorer
+from qrewrite.reward.scorer import RewardSample
 
 teacher = {r["id"]: r for r in read_jsonl("results/fivedoctors/teacher.jsonl")}
 samples = []

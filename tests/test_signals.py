@@ -14,7 +14,8 @@ from qrewrite.kb import Doc, load_kb
 from qrewrite.metrics import gold_ranking
 from qrewrite.rag.local import LocalRetriever
 from qrewrite.rag.providers import LocalRag
-from qrewrite.reward.judge import RuleJudge, Verdict
+from qrewrite.reward.judge_rules import RuleJudge
+from qrewrite.reward.verdict import Verdict
 from qrewrite.signals import auc, judge_auc, load_judge_labels, score_agreement
 from qrewrite.teacher.prf import PrfTeacher
 from qrewrite.teacher.resolve import ResolveTeacher

@@ -20,7 +20,8 @@ from ..metrics import TIE_RULE, gold_ranking, mean_top3, retrieval_quality, top1
 from ..rag.providers import make_rag
 from ..reward import reward_settings
 from ..reward.formula import win
-from ..reward.judge import judge_sampled, make_tenant_judge
+from ..reward.judges import make_tenant_judge
+from ..reward.verdict import judge_sampled
 from ..signals import judge_auc, load_judge_labels
 from . import stats
 

@@ -1,4 +1,10 @@
-"""The RL reward: one core (``formula`` + ``judge`` + ``scorer``), two adapters (verl, ms-swift).
+"""The RL reward: one core (``formula`` + a judge + ``scorer``), two adapters (verl, ms-swift).
+
+Modules: ``formula`` (the reward from its terms); ``judges`` (the judge ``reward.judge.provider`` names:
+``judge_rules.RuleJudge`` or ``judge_openai.OpenAIJudge``), ``verdict`` (their answer, which rollouts are
+judged); ``scorer`` (rollouts in, reward records out); ``verl_reward`` and ``swift_plugin`` (the adapters,
+loaded by file path) with ``adapter`` (what both call) and ``ground_truth`` (the record they read);
+``monitor`` (TensorBoard).
 
 Reward for a student rewrite of query x, against the precomputed teacher rewrite of x:
 
@@ -20,7 +26,7 @@ import copy
 import functools
 from typing import Any
 
-# The embedded rule judge's version, recorded in lineage (qrewrite.reward.judge.RuleJudge.model).
+# The embedded rule judge's version, recorded in lineage (qrewrite.reward.judge_rules.RuleJudge.model).
 RULE_JUDGE_MODEL = "rules-v2"
 
 

@@ -47,7 +47,7 @@ def batch_scalars(details: list[dict]) -> dict[str, float]:
 
 
 def counter_scalars(stats: dict) -> dict[str, float]:
-    """Cumulative call counters summed over tenants (``qrewrite.reward.scorer.all_stats``)."""
+    """Cumulative call counters summed over tenants (``qrewrite.reward.adapter.all_stats``)."""
     tot: dict[str, float] = defaultdict(float)
     for s in stats.values():
         for k, v in s.items():

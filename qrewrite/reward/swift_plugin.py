@@ -41,10 +41,12 @@ from typing import List
 from swift.rewards import ORM, orms
 
 try:
-    from qrewrite.reward.scorer import get_scorer, resolve_config_path, sample_from_ground_truth
+    from qrewrite.reward.adapter import (all_stats, get_scorer, load_reward_config, resolve_config_path,
+                                         sample_from_ground_truth)
 except ImportError:  # qrewrite not installed in the swift env: use the checkout this file is in
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    from qrewrite.reward.scorer import get_scorer, resolve_config_path, sample_from_ground_truth
+    from qrewrite.reward.adapter import (all_stats, get_scorer, load_reward_config, resolve_config_path,
+                                         sample_from_ground_truth)
 from qrewrite.reward.ground_truth import make_ground_truth
 from qrewrite.reward.monitor import get_monitor
 
@@ -109,8 +111,6 @@ class QrewriteReward(ORM):
         self.last_details: list[dict] = []
 
     def _default_tenant(self) -> str | None:
-        from qrewrite.reward.scorer import load_reward_config
-
         tenants = load_reward_config(self.config_path)["tenants"]
         return tenants[0]["name"] if len(tenants) == 1 else None
 
@@ -147,8 +147,6 @@ class QrewriteReward(ORM):
         return [float(d["score"]) for d in details]  # type: ignore[index]
 
     def stats(self) -> dict:
-        from qrewrite.reward.scorer import all_stats
-
         return all_stats()
 
 

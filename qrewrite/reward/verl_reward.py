@@ -21,7 +21,7 @@ in the config are taken relative to the config file's directory.
   batch signature (legacy ``BatchRewardManager``; handy offline). Scores the batch concurrently.
 
 verl loads this file by path without registering it in ``sys.modules``, so it uses absolute imports
-only and keeps its state (one scorer per tenant) in ``qrewrite.reward.scorer``.
+only and keeps its state (one scorer per tenant) in ``qrewrite.reward.adapter``.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ import os
 import sys
 
 try:
-    from qrewrite.reward.scorer import all_stats, get_scorer, sample_from_ground_truth
+    from qrewrite.reward.adapter import all_stats, get_scorer, sample_from_ground_truth
 except ImportError:  # qrewrite not installed in the training env: use the checkout this file is in
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    from qrewrite.reward.scorer import all_stats, get_scorer, sample_from_ground_truth
+    from qrewrite.reward.adapter import all_stats, get_scorer, sample_from_ground_truth
 from qrewrite.reward.monitor import get_monitor
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from ..config import base_model_swift
 from ..envs import REPO, repo_pythonpath
 from ..reward.monitor import FLUSH_EVERY_ENV, TB_DIR_ENV
-from ..reward.scorer import CONFIG_ENV, PROJECT_ROOT_ENV
+from ..reward.adapter import CONFIG_ENV, PROJECT_ROOT_ENV
 from . import resume
 from . import swift_cmds as sc
 from .merge import merge_lora

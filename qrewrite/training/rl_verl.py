@@ -18,7 +18,7 @@ from ..envs import REPO, repo_pythonpath
 from ..errors import QrewriteError
 from ..io_utils import atomic_dir
 from ..reward.monitor import FLUSH_EVERY_ENV, TB_DIR_ENV
-from ..reward.scorer import CONFIG_ENV, PROJECT_ROOT_ENV
+from ..reward.adapter import CONFIG_ENV, PROJECT_ROOT_ENV
 from .verl_overrides import build_command, resolve_config
 from . import resume
 from .swift_cmds import run_swift, swift_env
