@@ -14,7 +14,7 @@ from .errors import QrewriteError
 log = logging.getLogger("qrewrite")
 
 # Modules that add subcommands for the later stages (training, eval, lineage, deploy).
-SUBCOMMAND_MODULES = ("qrewrite.training.cli", "qrewrite.lineage_cli", "qrewrite.eval.cli", "qrewrite.deploy.cli")
+SUBCOMMAND_MODULES = ("qrewrite.training.cli", "qrewrite.lineage.cli", "qrewrite.eval.cli", "qrewrite.deploy.cli")
 
 
 def _common(p: argparse.ArgumentParser, *required: str | tuple[str, str], tenant: bool = True) -> None:

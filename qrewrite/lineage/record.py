@@ -31,11 +31,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from . import REPO
-from .errors import QrewriteError
-from .io_utils import read_json, read_jsonl, sha256_file, sha256_json, write_json
-from .paths import BASE_MODEL_KEY, OPTIONAL_INPUTS, UPSTREAM, artifact_paths
-from .reward import RULE_JUDGE_MODEL
+from .. import REPO
+from ..errors import QrewriteError
+from ..io_utils import read_json, read_jsonl, sha256_file, sha256_json, write_json
+from ..paths import BASE_MODEL_KEY, OPTIONAL_INPUTS, UPSTREAM, artifact_paths
+from ..reward import RULE_JUDGE_MODEL
 
 FORMAT = "qrewrite-lineage/1"
 LINEAGE_FILE = "lineage.json"
@@ -102,7 +102,7 @@ def code_version() -> dict:
     if commit is None:
         return {"git_commit": None, "dirty": None, "note": f"{REPO} is not a git checkout (or git is missing)"}
     status = _git("status", "--porcelain", "--untracked-files=no")
-    from . import __version__
+    from .. import __version__
 
     return {"git_commit": commit, "dirty": bool(status), "qrewrite_version": __version__}
 
@@ -226,7 +226,7 @@ def _made_here(rule: tuple | None, paths: dict) -> bool:
 
 def _key_of(path: str, tenant_cfg: dict | None) -> str | None:
     if tenant_cfg is None:
-        from .paths import BASE_MODEL
+        from ..paths import BASE_MODEL
 
         return BASE_MODEL_KEY if os.path.normpath(path) == os.path.normpath(BASE_MODEL) else None
     for key, p in artifact_paths(tenant_cfg).items():
@@ -521,8 +521,8 @@ def trace_sample(model_dir: str | os.PathLike, sample: str) -> str:
                    f"  assistant (target): {s['messages'][-1]['content']}",
                    f"  ← {spec['queries']}: row {q['row'] if q else '?'}: {q['query'] if q else 'NOT FOUND'}"]
             if spec.get("raw_excel") and (root / spec["raw_excel"]).is_file():
-                from .config import tenant_config
-                from .data.excel import read_excel
+                from ..config import tenant_config
+                from ..data.excel import read_excel
 
                 tcfg = tenant_config(doc["config"], doc["model"]["tenant"])
                 cells = next((r for r in read_excel(root / spec["raw_excel"], tcfg["columns"], tcfg.get("sheet"))
