@@ -25,26 +25,20 @@ import datetime as dt
 import hashlib
 import json
 import os
-import re
 import socket
 import subprocess
 from pathlib import Path
-from typing import Any
 
 from .. import REPO
 from ..errors import QrewriteError
 from ..io_utils import read_json, read_jsonl, sha256_file, sha256_json, write_json
 from ..paths import BASE_MODEL_KEY, OPTIONAL_INPUTS, UPSTREAM, artifact_paths
 from ..reward import RULE_JUDGE_MODEL
+from ..secret import assert_no_secrets, strip_secrets
 
 FORMAT = "qrewrite-lineage/1"
 LINEAGE_FILE = "lineage.json"
 
-# Keys whose values are never written. `*_env` keys hold an env var NAME (e.g. api_key_env) and are kept.
-# `token` only as the last word of a key (access_token, hf_token): max_tokens / prompt_tokens are counts.
-_SECRET_KEY = re.compile(r"(api[_-]?key|secret|password|passwd|(?:^|[_-])token$|credential|authorization|bearer)",
-                         re.IGNORECASE)
-_SECRET_ENV = re.compile(r"(KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.IGNORECASE)
 SAMPLE_LINKS = ("meta.query_id", "meta.raw_row", "meta.teacher_call_key")
 # Bookkeeping files that are not content: Snakemake touches .snakemake_timestamp in a directory output after
 # the job (i.e. after lineage.json was written) and again on `--touch`.
@@ -127,28 +121,6 @@ def run_info(started: float, ended: float) -> dict:
     return {"started": iso(started), "ended": iso(ended), "duration_s": round(ended - started, 3),
             "host": socket.gethostname(), "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
             "slurm_cluster": os.environ.get("SLURM_CLUSTER_NAME")}
-
-
-def strip_secrets(obj: Any) -> Any:
-    """Drop values under secret-looking keys (an `*_env` key names a variable and is kept)."""
-    if isinstance(obj, dict):
-        return {k: ("<removed>" if _SECRET_KEY.search(str(k)) and not str(k).endswith("_env") else strip_secrets(v))
-                for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [strip_secrets(v) for v in obj]
-    return obj
-
-
-def _secret_values() -> list[str]:
-    return [v for k, v in os.environ.items() if _SECRET_ENV.search(k) and len(v) >= 8]
-
-
-def assert_no_secrets(text: str, where: str) -> None:
-    """Refuse to write `text` if it contains the value of a secret-looking environment variable."""
-    for value in _secret_values():
-        if value in text:
-            raise QrewriteError(f"refusing to write {where}: it would contain the value of a secret environment "
-                                "variable", hint="pass env var names in config, never their values")
 
 
 # ------------------------------------------------------------------------------------------- the chain
