@@ -1,5 +1,7 @@
 """Per-model lineage: `models/T/{sft,sft-merged,rl}/lineage.json`, written by the rule that makes the model."""
 
-from .record import code_version, verify_lineage, write_lineage
+from .environment import code_version
+from .record import write_lineage
+from .verify import verify_lineage
 
 __all__ = ["code_version", "verify_lineage", "write_lineage"]
