@@ -9,29 +9,28 @@ from ..io_utils import read_jsonl
 from .document import load_lineage
 
 
-def render_tree(model_dir: str | os.PathLike, _depth: int = 0, _seen: set | None = None) -> str:
+def render_tree(model_dir: str | os.PathLike) -> str:
     """The chain as a tree: model ← rule ← inputs ← … back to the raw Excel."""
     doc, root = load_lineage(model_dir)
-    seen = _seen if _seen is not None else set()
+    seen: set[str] = set()  # chained lineage files already named
     by_key = {e["key"]: e for e in doc["upstream"] if e.get("key")}
     m = doc["model"]
     lines = [f"{m['dir']}  [{m['sha256'][:12]}]  made by rule `{m['rule']}`"
              + (f" (tenant {m['tenant']})" if m.get("tenant") else "")]
-    if _depth == 0:
-        code, run, env = doc["code"], doc["run"], doc["env"]
-        dirty = "" if code.get("git_commit") is None else (" (dirty)" if code.get("dirty") else " (clean)")
-        lines.append(f"  code: {code.get('git_commit') or 'unknown'}{dirty}; env {env['name']} "
-                     f"requirements {str(env.get('requirements_sha256'))[:12]}, container "
-                     f"{str(env.get('container_def_sha256'))[:12]}")
-        lines.append(f"  run: {run['started']} → {run['ended']} on {run['host']}"
-                     + (f", Slurm job {run['slurm_job_id']}" if run.get("slurm_job_id") else ""))
-        pv = doc["providers"]
-        lines.append(f"  teacher: {pv['teacher'].get('provider')}/{pv['teacher'].get('model')}; judge: "
-                     f"{pv['judge'].get('provider')}/{pv['judge'].get('model')}")
-        if doc["usage"].get("rule") or doc["usage"].get("upstream"):
-            lines.append(f"  usage: {doc['usage']}")
-        if doc.get("params"):
-            lines.append(f"  params: {doc['params']}")
+    code, run, env = doc["code"], doc["run"], doc["env"]
+    dirty = "" if code.get("git_commit") is None else (" (dirty)" if code.get("dirty") else " (clean)")
+    lines.append(f"  code: {code.get('git_commit') or 'unknown'}{dirty}; env {env['name']} "
+                 f"requirements {str(env.get('requirements_sha256'))[:12]}, container "
+                 f"{str(env.get('container_def_sha256'))[:12]}")
+    lines.append(f"  run: {run['started']} → {run['ended']} on {run['host']}"
+                 + (f", Slurm job {run['slurm_job_id']}" if run.get("slurm_job_id") else ""))
+    pv = doc["providers"]
+    lines.append(f"  teacher: {pv['teacher'].get('provider')}/{pv['teacher'].get('model')}; judge: "
+                 f"{pv['judge'].get('provider')}/{pv['judge'].get('model')}")
+    if doc["usage"].get("rule") or doc["usage"].get("upstream"):
+        lines.append(f"  usage: {doc['usage']}")
+    if doc.get("params"):
+        lines.append(f"  params: {doc['params']}")
 
     shown: set[str] = set()
 
