@@ -13,7 +13,7 @@ from .data import cli as data_cli
 from .deploy import cli as deploy_cli
 from .errors import QrewriteError
 from .eval import cli as eval_cli
-from .lineage_cli import register as register_lineage
+from .lineage.cli import register as register_lineage
 from .rag import cli as rag_cli
 from .report import cli as report_cli
 from .teacher import cli as teacher_cli

@@ -2,18 +2,28 @@
 
 Config holds only the *name* of the environment variable (`api_key_env`). A service may quote the
 key it rejected in an error body, and error bodies end up in teacher.jsonl, logs and exceptions, so
-every client that holds a key passes such text through `redact` before keeping it.
+every client that holds a key passes such text through `redact` before keeping it. What the pipeline
+records about a run (lineage.json) holds the config with values under secret-looking keys dropped
+(`strip_secrets`), and is refused if it would contain the value of any secret-looking environment
+variable (`assert_no_secrets`): a key that reached a record some other way.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 from .errors import QrewriteError
 
 MARK = "[REDACTED]"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+# Keys whose values are never written. `*_env` keys hold an env var NAME (e.g. api_key_env) and are kept.
+# `token` only as the last word of a key (access_token, hf_token): max_tokens / prompt_tokens are counts.
+_SECRET_KEY = re.compile(r"(api[_-]?key|secret|password|passwd|(?:^|[_-])token$|credential|authorization|bearer)",
+                         re.IGNORECASE)
+_SECRET_ENV = re.compile(r"(KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.IGNORECASE)
 
 
 def from_env(var: str, setting: str, needed_because: str, hint: str) -> str:
@@ -35,3 +45,25 @@ def from_env(var: str, setting: str, needed_because: str, hint: str) -> str:
 def redact(text: str, secret: str | None) -> str:
     """`text` with every occurrence of `secret` blanked out; redact before truncating, so no fragment survives."""
     return text.replace(secret, MARK) if secret else text
+
+
+def strip_secrets(obj: Any) -> Any:
+    """Drop values under secret-looking keys (an `*_env` key names a variable and is kept)."""
+    if isinstance(obj, dict):
+        return {k: ("<removed>" if _SECRET_KEY.search(str(k)) and not str(k).endswith("_env") else strip_secrets(v))
+                for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [strip_secrets(v) for v in obj]
+    return obj
+
+
+def _secret_values() -> list[str]:
+    return [v for k, v in os.environ.items() if _SECRET_ENV.search(k) and len(v) >= 8]
+
+
+def assert_no_secrets(text: str, where: str) -> None:
+    """Refuse to write `text` if it contains the value of a secret-looking environment variable."""
+    for value in _secret_values():
+        if value in text:
+            raise QrewriteError(f"refusing to write {where}: it would contain the value of a secret environment "
+                                "variable", hint="pass env var names in config, never their values")

@@ -18,7 +18,8 @@ import pytest
 from conftest import REPO, Project
 from qrewrite.config import load_config
 from qrewrite.io_utils import sha256_file
-from qrewrite.lineage import write_lineage, verify_lineage
+from qrewrite.lineage.record import write_lineage
+from qrewrite.lineage.verify import verify_lineage
 from qrewrite.paths import BASE_MODEL, UPSTREAM, artifact_paths, tenant_paths
 
 TENANT = "fivedoctors"
@@ -281,7 +282,7 @@ def test_upstream_map_matches_the_snakemake_rules(project):
 
 
 def test_secret_stripping_keeps_token_counts_and_env_var_names():
-    from qrewrite.lineage import strip_secrets
+    from qrewrite.secret import strip_secrets
     doc = {"teacher": {"max_tokens": 256, "api_key_env": "OPENAI_API_KEY", "api_key": "sk-x", "hf_token": "hf_x"},
            "usage": {"prompt_tokens": 10, "completion_tokens": 5}, "tokenizer": "chatml", "token": "t",
            "nested": [{"authorization": "Bearer y", "max_completion_tokens": 48}]}

@@ -372,7 +372,7 @@ def render(cfg: dict) -> str:
                                     hint="run the eval stage for every tenant first (snakemake / dvc repro)")
         evals[t] = read_json(ep["eval_json"])
         sections.append(tenant_section(t, evals[t], read_jsonl(ep["examples"]), read_json(tp["summary"])))
-    from ..lineage import code_version
+    from ..lineage.environment import code_version
 
     code = code_version()
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

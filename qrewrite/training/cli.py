@@ -30,7 +30,7 @@ def _write_stats(path: str | None, stats: dict) -> None:
 def _lineage(out: str, *, rule: str, tenant: dict | None, inputs: dict, params: dict, cfg: dict, env: str,
              started: float, usage: dict | None = None) -> None:
     """lineage.json in the model folder just written (qrewrite.lineage; `qrewrite lineage verify` checks it)."""
-    from ..lineage import write_lineage
+    from ..lineage.record import write_lineage
 
     write_lineage(out, rule=rule, tenant=tenant["name"] if tenant else None, inputs=inputs, params=params,
                   config=cfg, env=env, started=started, ended=time.time(), usage=usage)

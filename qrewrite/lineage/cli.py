@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import sys
 
-from .errors import QrewriteError
+from ..errors import QrewriteError
 
 
 def cmd_show(args) -> None:
-    from .lineage import load_lineage, render_tree, trace_sample
+    from .document import load_lineage
+    from .show import render_tree, trace_sample
 
     if args.json:
         doc, _ = load_lineage(args.model_dir)
@@ -21,7 +22,8 @@ def cmd_show(args) -> None:
 
 
 def cmd_verify(args) -> None:
-    from .lineage import load_lineage, verify_lineage
+    from .document import load_lineage
+    from .verify import verify_lineage
 
     doc, root = load_lineage(args.model_dir)
     problems = verify_lineage(args.model_dir)
