@@ -1,34 +1,32 @@
-# qrewrite: raw Excel → teacher rewrites → RAG validation → SFT splits → LoRA SFT → RL (→ eval).
-# Rules are thin: each calls one `qrewrite` subcommand; the logic lives in the qrewrite package.
+# qrewrite: raw Excel → teacher rewrites → RAG validation → SFT splits → LoRA SFT → RL → eval → report.
+# Every rule is a row of the stage table (qrewrite/workflow/stages.py) and runs the `qrewrite` subcommand of
+# its name; the logic lives in the qrewrite package.
 
 configfile: "config.yaml"
 
 
 include: "rules/common.smk"
-include: "rules/data.smk"
-include: "rules/train.smk"
-include: "rules/eval.smk"
-include: "rules/deploy.smk"
+include: "rules/stages.smk"
 
 
 rule all:
     input:
-        all_targets(),
+        targets("data", "models", "eval"),
     default_target: True
 
 
 # Partial targets: `snakemake data` (data half only), `snakemake models` (up to the RL models).
 rule data:
     input:
-        data_targets(),
+        targets("data"),
 
 
 rule models:
     input:
-        data_targets() + model_targets(),
+        targets("data", "models"),
 
 
 # Serving check (not in `all`: it measures the machine, no stage uses it): reports/T/deploy.json per tenant.
 rule deploy:
     input:
-        deploy_targets(),
+        targets("deploy"),

@@ -1,4 +1,5 @@
-"""The artifact layout, in one place: Snakemake rules, dvc.yaml and the CLI defaults all read it."""
+"""The artifact layout, in one place: artifact key → path. The stage table (qrewrite/workflow/stages.py) says
+which stage makes each artifact from which; the Snakemake rules, dvc.yaml and lineage read both."""
 
 from __future__ import annotations
 
@@ -8,6 +9,11 @@ LOGS = "logs"
 STAGES = ("ingest", "teacher", "validate", "split")
 
 BASE_MODEL = f"{MODELS}/base"
+
+
+def demo_excel(tenant: str) -> str:
+    """Where rule build_excel writes a demo tenant's raw Excel (its tenants[].raw_excel must say so)."""
+    return f"data/raw/{tenant}.xlsx"
 
 
 def tenant_paths(tenant: str) -> dict[str, str]:
@@ -43,38 +49,18 @@ def tenant_paths(tenant: str) -> dict[str, str]:
     }
 
 
-# --- provenance: which rule makes each artifact, from which artifacts --------------------------------------
-# Keys are tenant_paths keys, plus BASE_MODEL_KEY and the tenant's config-given files in CONFIG_INPUTS.
-# `qrewrite lineage` walks this back to the raw Excel; tests/test_lineage.py fails when it drifts from the
-# Snakemake rules (same rule names, same inputs).
+# --- files a tenant's config names, and the base model's key -----------------------------------------------
 BASE_MODEL_KEY = "base_model"
-CONFIG_INPUTS = ("raw_excel", "kb", "demo_source", "gold_set", "red_team")  # tenants[].raw_excel, .kb.path, …
-# Config-given files a tenant may leave out (null): a rule's other inputs still make its outputs without them.
-OPTIONAL_INPUTS = ("gold_set", "red_team")
-UPSTREAM: dict[str, tuple[str, tuple[str, ...]]] = {
-    "raw_excel": ("build_excel", ("demo_source",)),  # demo tenants only; otherwise supplied (and `dvc add`ed)
-    **{k: ("ingest", ("raw_excel", "kb")) for k in ("queries", "stats_ingest")},
-    **{k: ("teacher", ("queries", "kb")) for k in ("teacher", "stats_teacher")},
-    **{k: ("validate", ("queries", "teacher", "kb")) for k in ("validated", "stats_validate")},
-    **{k: ("split", ("queries", "teacher", "validated", "gold_set")) for k in ("train", "val", "test", "stats_split")},
-    "summary": ("summarize", tuple(f"stats_{s}" for s in STAGES)),
-    **{k: ("data_card", ("raw_excel", "kb", "gold_set", "red_team", "queries", "teacher", "validated", "train",
-                         "val", "test", "summary")) for k in ("data_card", "data_card_json")},
-    **{k: ("rl_data", ("train", "val", "queries", "red_team"))
-       for k in ("rl_train", "rl_val", "rl_train_swift", "rl_val_swift")},
-    BASE_MODEL_KEY: ("base_model", ()),
-    # the data card is an input of SFT so every model's lineage lists the card of the data it learnt from
-    **{k: ("sft", (BASE_MODEL_KEY, "train", "val", "data_card_json")) for k in ("sft_model", "tb_sft", "stats_sft")},
-    "sft_merged": ("merge_sft", (BASE_MODEL_KEY, "sft_model")),
-    **{k: ("rl", ("sft_merged", "rl_train", "rl_val", "rl_train_swift", "kb")) for k in ("rl_model", "tb_rl", "stats_rl")},
-}
+CONFIG_FILES = ("raw_excel", "kb", "demo_source", "judge_labels", "gold_set", "red_team")  # tenants[].raw_excel, .kb.path, …
+# Config-given files a tenant may leave out (null): a stage's other inputs still make its outputs without them.
+OPTIONAL_FILES = ("judge_labels", "gold_set", "red_team")
 
 
 def artifact_paths(tenant: dict) -> dict[str, str]:
     """Every artifact key of tenant config `tenant` → its path (tenant_paths + base model + config files)."""
     out = {**tenant_paths(tenant["name"]), BASE_MODEL_KEY: BASE_MODEL,
            "raw_excel": tenant["raw_excel"], "kb": tenant["kb"]["path"]}
-    for key in ("demo_source", "gold_set", "red_team"):
+    for key in ("demo_source", *OPTIONAL_FILES):
         if tenant.get(key):
             out[key] = tenant[key]
     return out

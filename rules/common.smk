@@ -1,3 +1,4 @@
+import json
 import sys
 
 import yaml
@@ -7,8 +8,8 @@ from snakemake.utils import validate
 
 from qrewrite.config import SCHEMA_PATH, selected_tenants, validate_config
 from qrewrite.io_utils import write_text_atomic
-from qrewrite.eval.candidates import deploy_candidate, model_path
-from qrewrite.paths import BASE_MODEL, REPORT_HTML, STAGES, deploy_json, eval_paths, tenant_paths
+from qrewrite.paths import demo_excel
+from qrewrite.workflow.stages import DIRECTORIES, STAGES, candidates, command, job_files, jobs, named_files, resolve
 
 validate(config, str(SCHEMA_PATH))  # fills defaults in place; fails early on a bad config
 validate_config(config, source="snakemake config")  # cross-field checks (unique tenants, split sums, eval names)
@@ -17,8 +18,7 @@ TENANTS = {t["name"]: t for t in config["tenants"]}
 # The tenants whose targets `snakemake` builds: all, or those named by `--config only=NAME[,NAME]`.
 # The tenant list itself stays whole, so explicit targets of any tenant keep working.
 SELECTED = selected_tenants(config)
-# Demo tenants build their raw Excel from demo_source (rule build_excel); every other tenant supplies it.
-DEMO_TENANTS = [n for n, t in TENANTS.items() if t["demo_source"]]
+CANDIDATES = {c["name"]: c for c in config["eval"]["candidates"]}
 
 # `--configfile` replaces config.yaml's tenant list (Snakemake merges lists by replacing them): say so,
 # so a one-tenant --configfile does not silently drop the other tenants.
@@ -34,6 +34,12 @@ if workflow.overwrite_configfiles and Path("config.yaml").exists():
 CONTAINERS = config["containers"]
 # The same environments for `--sdm conda`, by container name (paths relative to rules/, as Snakemake reads them).
 CONDA_ENVS = {"cpu": "../envs/data.yaml", "swift": "../envs/swift.yaml", "verl": "../envs/verl.yaml"}
+# Stage env "rl" is rl.backend's. verl on several nodes: Ray must span the job's nodes, so
+# slurm/ray_on_slurm.sh (on the host, outside Snakemake's container) starts Ray in the verl image on every
+# node and runs `qrewrite rl` on the head.
+RL_ENV = "verl" if config["rl"]["backend"] == "verl" else "swift"
+VERL_MULTINODE = RL_ENV == "verl" and config["rl"]["verl"]["nnodes"] > 1
+LAUNCHERS = {"ray": f"{workflow.basedir}/slurm/ray_on_slurm.sh --image {CONTAINERS['verl']} -- " if VERL_MULTINODE else ""}
 
 # Every command reads exactly the config Snakemake resolved (config.yaml + --configfile + --config), less
 # the run-time selection `only`. Written when the run starts (onstart: never on a dry run, `-n`), and only
@@ -48,94 +54,129 @@ onstart:
         write_text_atomic(RESOLVED_CONFIG, _resolved)
 
 
-# Appended to a rule's shell command that sends its output to {log}: when the command fails, the log's
-# tail (the stage's own error message and hint) is printed on the console too, under Snakemake's error.
-SHOW_LOG_ON_ERROR = " || {{ rc=$?; echo '--- tail of {log}:' >&2; tail -n 40 {log} >&2; exit $rc; }}"
-
-
-def logged(cmd, launch=""):
-    """Shell command `cmd` (which sends its output to {log}), run through `launch`, with SHOW_LOG_ON_ERROR."""
-    return f"{launch}{cmd}{SHOW_LOG_ON_ERROR}"
-
-
 wildcard_constraints:
     tenant="|".join(TENANTS),
 
 
-def P(key):
-    """Input/output function: the artifact path `key` for the rule's tenant (layout in qrewrite/paths.py)."""
-    return lambda wc: tenant_paths(wc.tenant)[key]
+# --- what a stage of the table (qrewrite/workflow/stages.py) becomes as a rule (rules/stages.smk) ------------
+
+# Appended to a rule's shell command that sends its output to {log.cmd}: when the command fails, the log's
+# tail (the stage's own error message and hint) is printed on the console too, under Snakemake's error.
+SHOW_LOG_ON_ERROR = " || {{ rc=$?; echo '--- tail of {log.cmd}:' >&2; tail -n 40 {log.cmd} >&2; exit $rc; }}"
 
 
-def T(key):
-    """Output path pattern for artifact `key`, with the {tenant} wildcard."""
-    return tenant_paths("{tenant}")[key]
+def where(s):
+    """The log/benchmark path part of one job: per tenant, per tenant and candidate, or once."""
+    return {"candidate": "{tenant}/{candidate}/", "once": "", "all_tenants": ""}.get(s.per, "{tenant}/")
 
 
-def tenant_cfg(wc):
-    return TENANTS[wc.tenant]
+def env(s):
+    return RL_ENV if s.env == "rl" else s.env
 
 
-def raw_excel(wc):
-    return TENANTS[wc.tenant]["raw_excel"]
+def container(s):
+    return None if s.launcher == "ray" and VERL_MULTINODE else CONTAINERS[env(s)]
 
 
-def optional(key):
-    """Input function: the tenant's config-given file `key` (gold_set, red_team), or no input when it has none."""
-    return lambda wc: TENANTS[wc.tenant][key] or []
+def conda(s):
+    return None if s.launcher == "ray" and VERL_MULTINODE else CONDA_ENVS[env(s)]
 
 
-def data_targets():
-    return [tenant_paths(t)[k] for t in SELECTED for k in ("summary", "train", "val", "test", "data_card")]
+def inputs(s):
+    """Input function: the job's inputs by name (an optional file the tenant leaves out is no input)."""
+    return lambda wc: job_files(s, "in", TENANTS.get(wc.get("tenant")), config, CANDIDATES.get(wc.get("candidate")))
 
 
-def model_targets():
-    return [BASE_MODEL] + [tenant_paths(t)[k] for t in SELECTED for k in ("sft_model", "sft_merged", "rl_model")]
+def outputs(s):
+    """Output patterns with the {tenant} / {candidate} wildcards; folders as directory(), report files as report()."""
+    out = {}
+    given = {"raw_excel": demo_excel("{tenant}")}  # build_excel's output, a demo tenant's config-given Excel
+    for name, path in named_files(s, "out", "{tenant}", given, config, "{candidate}").items():
+        key = next((k for a in s.args if a.name == name for k in a.keys), name)
+        if key in DIRECTORIES:
+            path = directory(path)
+        elif s.report:
+            labels = {"file": Path(path).name} | ({"tenant": "{tenant}"} if s.per != "all_tenants" else {})
+            path = report(path, category=s.report, subcategory="{tenant}" if s.per != "all_tenants" else None,
+                          labels=labels)
+        out[name] = path
+    return out
 
 
-def eval_targets():
-    """Per-tenant eval outputs and the HTML report (rules/eval.smk)."""
-    per_tenant = [eval_paths(t)[k] for t in SELECTED for k in ("eval_json", "examples", "plots")]
-    return per_tenant + ([REPORT_HTML] if len(SELECTED) == len(TENANTS) else [])  # the report covers every tenant
+def config_param(s, key):
+    """The value of config key `key` (dotted; tenant.X / candidate: the job's) for Snakemake's params, as
+    canonical JSON: Snakemake reruns a job whose params differ, and a mapping's key order is no difference."""
+    head, _, rest = key.partition(".")
+
+    def value(node, parts):
+        for part in parts:
+            node = node.get(part) if isinstance(node, dict) else None
+        return json.dumps(node, sort_keys=True, ensure_ascii=False)
+
+    if head in ("tenant", "candidate"):
+        table = TENANTS if head == "tenant" else CANDIDATES
+        return lambda wc: value(table[wc.get(head)], rest.split(".") if rest else [])
+    return value(config, key.split("."))
 
 
-def all_targets():
-    return data_targets() + model_targets() + eval_targets()
+def params(s):
+    """`config` (the resolved config file), `cmd` (the command line), every config value the stage reads (a
+    change reruns the job) and its working folders (--out-dir, --run-dir, ...)."""
+    out = {"config": RESOLVED_CONFIG, "cmd": command_param(s)}
+    out |= {k.replace(".", "_"): config_param(s, k) for k in s.params}
+    for a in s.args:
+        if a.role == "dir":  # a layout folder of the job's tenant
+            out[a.name] = lambda wc, key=a.keys[0]: resolve(key, wc.tenant, {}, config)
+    return out
 
 
-# --- eval (rules/eval.smk): candidates are config entries (eval.candidates) ------------------------------
-
-EVAL = config["eval"]
-CANDIDATES = {c["name"]: c for c in EVAL["candidates"]}
-MODEL_CANDIDATES = [n for n, c in CANDIDATES.items() if c["kind"] == "model"]
-OTHER_CANDIDATES = [n for n, c in CANDIDATES.items() if c["kind"] != "model"]
+def logs(s):
+    """The job's log (and the model server's, for the deploy check), patterns with the rule's wildcards."""
+    base = f"logs/{where(s)}{s.name}"
+    return {"cmd": f"{base}.log"} | ({"server": f"{base}_server.log"} if s.server_log else {})
 
 
-def E(key):
-    """Eval artifact path pattern for `key`, with the {tenant} wildcard (layout in qrewrite/paths.py)."""
-    return eval_paths("{tenant}")[key]
+def command_param(s):
+    """Params function: the job's command line, from the job's own files. All rules share one shell command
+    (STAGE_SHELL) that refers to no loop variable of rules/stages.smk: Snakemake evaluates the shell command
+    when a job runs, and by then the loop variable holds the last stage."""
+
+    def cmd(wildcards, input, output, threads):
+        def text(a):
+            if a.role == "dir":  # a layout folder of the job's tenant
+                return resolve(a.keys[0], wildcards.tenant, {}, config)
+            v = getattr(input if a.role == "in" else output, a.name)
+            return v if isinstance(v, str) else " ".join(v)
+
+        line = command(s, text, config=RESOLVED_CONFIG, tenant=wildcards.get("tenant", ""),
+                       candidate=wildcards.get("candidate", ""), threads=threads,
+                       server_log=logs(s).get("server", "").format(**wildcards))
+        return f"{LAUNCHERS.get(s.launcher, '')}{line}"
+
+    return cmd
 
 
-def eval_model(wc):
-    return model_path(CANDIDATES[wc.candidate], TENANTS[wc.tenant])
+# Every rule's shell: its command (params.cmd), output to its log, the log's tail on the console on failure.
+STAGE_SHELL = f"{{params.cmd}} > {{log.cmd}} 2>&1{SHOW_LOG_ON_ERROR}"
 
 
-def eval_rewrites_of(wc):
-    return [eval_paths(wc.tenant)["rewrites"].format(candidate=c) for c in CANDIDATES]
+def constraints(s):
+    """A demo tenant's Excel is built (any other tenant's data/raw/<name>.xlsx is the user's own input file);
+    a candidate stage runs for its kind of candidates only."""
+    if s.per == "demo_tenant":
+        return {"tenant": "|".join(n for n, t in TENANTS.items() if t["demo_source"]) or "(?!)"}
+    if s.per == "candidate":
+        return {"candidate": "|".join(c["name"] for c in candidates(s, config)) or "(?!)"}
+    return {}
 
 
-# --- deploy (rules/deploy.smk): the serving check of deploy.candidate's model, outside `all` ----------------
+# --- targets: every job's outputs of the selected tenants, by half (the table's `half`) ----------------------
 
-DEPLOY = config["deploy"]
-
-
-def deploy_targets():
-    return [deploy_json(t) for t in SELECTED]
-
-
-def deploy_model(wc):
-    return model_path(deploy_candidate(config), TENANTS[wc.tenant])
-
-
-def deploy_rewrites(wc):
-    return eval_paths(wc.tenant)["rewrites"].format(candidate=deploy_candidate(config)["name"])
+def targets(*halves):
+    out = []
+    for s in STAGES.values():
+        if s.half in halves:
+            for tenant, candidate in jobs(s, config, SELECTED):
+                for p in job_files(s, "out", tenant, config, candidate).values():
+                    out += p if isinstance(p, list) else [p]
+    return out

@@ -142,6 +142,16 @@ class Project:
         return self.qrewrite(*argv, **kw)
 
 
+def snakemake_rules(workdir: Path = REPO) -> dict:
+    """Rule name → Snakemake's own rule object, as it loads the Snakefile of this checkout (in-process, no run)."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import OutputSettings, ResourceSettings
+
+    with SnakemakeApi(OutputSettings()) as api:
+        wf = api.workflow(resource_settings=ResourceSettings(cores=1), snakefile=REPO / "Snakefile", workdir=workdir)
+        return {r.name: r for r in wf._workflow.rules}
+
+
 @pytest.fixture
 def project(tmp_path) -> Project:
     return Project(tmp_path / "proj")

@@ -161,33 +161,25 @@ def test_bash_n_rejects_a_broken_post(tmp_path):
         bash_n(sections["post"], tmp_path, "broken-post")
 
 
-def test_every_rule_names_its_container():
-    """Each rule in rules/*.smk has a `container:` directive (run under `--sdm apptainer`)."""
-    missing = []
-    for smk in sorted((REPO / "rules").glob("*.smk")):
-        blocks = re.split(r"^\s*rule (\w+):", smk.read_text(encoding="utf-8"), flags=re.M)
-        for name, body in zip(blocks[1::2], blocks[2::2]):
-            if not re.search(r"^\s+container:", body, flags=re.M):
-                missing.append(f"{smk.name}:{name}")
-    assert not missing, f"rules without container: {missing}"
+def test_every_rule_runs_in_the_container_and_conda_env_of_its_stage():
+    """Every rule that runs a command has a `container:` (`--sdm apptainer`) and a `conda:` env (`--sdm conda`),
+    the pair its stage's env names (the conda env is the one its container is built from), and the env file
+    exists. Asked of Snakemake's loaded workflow, not of the rule text."""
+    from conftest import snakemake_rules
+    from qrewrite.config import load_config
+    from qrewrite.workflow.stages import STAGES
 
-
-def test_every_rule_names_the_conda_env_of_its_container():
-    """`--sdm conda` runs each rule in the env its container is built from (rules/common.smk CONDA_ENVS), and
-    those env files exist."""
-    common = (REPO / "rules/common.smk").read_text(encoding="utf-8")
-    envs = dict(re.findall(r'"(\w+)": "\.\./(envs/\w+\.yaml)"', re.search(r"CONDA_ENVS = \{.*?\}", common).group(0)))
-    assert set(envs) == {"cpu", "swift", "verl"} and all((REPO / f).is_file() for f in envs.values()), envs
-    seen = {}
-    for smk in sorted((REPO / "rules").glob("*.smk")):
-        blocks = re.split(r"^\s*rule (\w+):", smk.read_text(encoding="utf-8"), flags=re.M)
-        for name, body in zip(blocks[1::2], blocks[2::2]):
-            container = re.search(r"^\s+container:\n\s+(.+)$", body, flags=re.M)
-            conda = re.search(r"^\s+conda:\n\s+(.+)$", body, flags=re.M)
-            assert container and conda, f"{smk.name}:{name} lacks container: or conda:"
-            seen[name] = (container.group(1).strip(), conda.group(1).strip())
-    for name, (container, conda) in seen.items():
-        assert container.replace("CONTAINERS", "CONDA_ENVS") == conda or (container, conda) == ("RL_CONTAINER", "RL_CONDA"), name
+    cfg = load_config(REPO / "config.yaml")
+    rl_env = "verl" if cfg["rl"]["backend"] == "verl" else "swift"
+    conda_file = {"cpu": "envs/data.yaml", "swift": "envs/swift.yaml", "verl": "envs/verl.yaml"}
+    rules = snakemake_rules()
+    assert set(STAGES) <= set(rules)
+    for name, s in STAGES.items():
+        env = rl_env if s.env == "rl" else s.env
+        r = rules[name]
+        assert r.container_img == cfg["containers"][env], name
+        assert (REPO / "rules" / r.conda_env).resolve() == (REPO / conda_file[env]).resolve(), (name, r.conda_env)
+        assert (REPO / conda_file[env]).is_file()
 
 
 def _snakemake(*args: str) -> subprocess.CompletedProcess:

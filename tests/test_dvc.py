@@ -40,11 +40,12 @@ def test_check_fails_on_a_stale_dvc_yaml(tmp_path):
     proc = qrewrite("dvc-yaml", "--check", "--out", str(stale))
     assert proc.returncode != 0 and "stale" in proc.stderr and "--outdir" in proc.stderr
     assert qrewrite("dvc-yaml", "--out", str(stale)).returncode == 0
-    # regenerated: the repo's stages, with the code deps relative to this dvc.yaml's folder
+    # regenerated: the repo's stages, with the code deps and the schema (a params file) relative to this
+    # dvc.yaml's folder
     rebased = os.path.relpath(REPO / "qrewrite", tmp_path)
     assert stale.read_text(encoding="utf-8") == \
-        re.sub(r"^(\s*- )qrewrite/(\S+\.py)$", rf"\1{rebased}/\2", (REPO / "dvc.yaml").read_text(encoding="utf-8"),
-               flags=re.M)
+        re.sub(r"^(\s*- )qrewrite/(\S+\.py|schemas/\S+\.yaml:)$", rf"\1{rebased}/\2",
+               (REPO / "dvc.yaml").read_text(encoding="utf-8"), flags=re.M)
     assert qrewrite("dvc-yaml", "--check", "--out", str(stale)).returncode == 0
 
 
@@ -204,15 +205,30 @@ def test_dvc_params_name_existing_keys_of_the_right_tenant():
                 else:
                     label = ".".join(parts) if parts[0] == "eval" else parts[0]
                 seen.add((stage, label))
-    # Mirrors the rules' `params:` in rules/*.smk (`reward` is not in config.yaml: its schema defaults are tracked).
-    assert seen == {("build_excel", "tenants.columns"), ("ingest", "tenants"), ("teacher", "teacher"),
-                    ("teacher", "tenants.system_prompt"), ("validate", "rag"), ("split", "split"),
-                    ("split", "tenants.thresholds"), ("base_model", "base_model"), ("sft", "train"),
-                    ("sft", "base_model"), ("rl_data", "rl"), ("rl", "rl"), ("rl", "rag"), ("rl", "schema"),
-                    ("eval_generate", "eval.candidates"), ("eval_generate", "eval.generation"),
-                    ("eval_generate", "eval.max_rows"), ("eval_generate", "eval.gpu_hour_usd"),
-                    ("eval_rewrites", "eval.candidates"), ("eval_rewrites", "eval.max_rows"),
-                    ("eval", "eval"), ("eval", "rag"), ("eval", "schema")}
+    # Each stage tracks the config its row of the stage table names: a key config.yaml has as that key (a
+    # tenant's under its own index), a key it leaves out as its schema default, a candidate as its entry.
+    from qrewrite.workflow.stages import STAGES
+
+    def label(k: str) -> str:
+        head, _, rest = k.partition(".")
+        if head == "tenant":
+            node = cfg["tenants"][0]
+            for part in rest.split(".") if rest else []:
+                if not isinstance(node, dict) or part not in node:
+                    return "schema"
+                node = node[part]
+            return ".".join(["tenants", *([rest] if rest else [])])
+        if head == "candidate":
+            return "eval.candidates"
+        if head not in cfg:
+            return "schema"
+        return k if head == "eval" else head
+
+    want = {(s.name, label(k)) for s in STAGES.values() if s.dvc for k in s.params}
+    assert seen == want, (sorted(seen - want), sorted(want - seen))
+    # the precise keys: a threshold of the split does not rerun ingest (it used to track the whole tenant)
+    assert ("ingest", "tenants") not in seen and ("ingest", "tenants.columns") in seen
+    assert ("split", "tenants.thresholds") in seen
 
 
 @pytest.mark.slow

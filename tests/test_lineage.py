@@ -1,5 +1,5 @@
 """Lineage: what lineage.json records, `qrewrite lineage verify` failing on any changed upstream byte, the tree
-and sample trace of `qrewrite lineage show`, no secrets, and the UPSTREAM map matching the Snakemake rules.
+and sample trace of `qrewrite lineage show`, no secrets, and the upstream map (from the stage table) matching the Snakemake jobs.
 
 The model folders here are small stand-in files (TEST FAKES: lineage only hashes bytes); the data artifacts
 are real, made by the data-half commands. Real trained models are verified in tests/test_pipeline_e2e.py."""
@@ -20,7 +20,8 @@ from qrewrite.config import load_config
 from qrewrite.io_utils import sha256_file
 from qrewrite.lineage.record import write_lineage
 from qrewrite.lineage.verify import verify_lineage
-from qrewrite.paths import BASE_MODEL, UPSTREAM, artifact_paths, tenant_paths
+from qrewrite.paths import BASE_MODEL, artifact_paths, tenant_paths
+from qrewrite.workflow.stages import upstream
 
 TENANT = "fivedoctors"
 PATHS = tenant_paths(TENANT)
@@ -258,7 +259,9 @@ def test_no_secret_is_ever_written(chain, monkeypatch, tmp_path):
 
 
 def test_upstream_map_matches_the_snakemake_rules(project):
-    """qrewrite.paths.UPSTREAM (what lineage walks) names the same rule and inputs as every Snakemake job."""
+    """The upstream map lineage walks (derived from the stage table) names the same rule and inputs as every job
+    Snakemake plans."""
+    UPSTREAM = upstream()
     from test_dvc import snakemake_jobs
 
     jobs = snakemake_jobs(project.root)

@@ -164,7 +164,7 @@ def test_pipeline_runs_on_slurm_with_profile(slurm, fake_openai, tmp_path):
     calls = [json.loads(l) for l in apptainer_log.read_text().splitlines()]
     assert sorted(c["slurm_job_id"] for c in calls) == sorted(j["JobID"] for j in jobs), "one container call per job"
     for c in calls:
-        rule = re.search(r"qrewrite (\S+)", c["argv"][-1]).group(1).replace("-", "_")  # test_stage_names.py
+        rule = re.search(r"qrewrite (\S+)", c["argv"][-1]).group(1).replace("-", "_")  # tests/test_stage_table.py
         image = "containers/swift.sif" if rule in SWIFT_RULES else "containers/cpu.sif"
         assert c["argv"][0] == "--home" and "--nv" in c["argv"] and c["image"] == image, c
         # Slurm >= 22.05: srun no longer inherits --cpus-per-task; the step must get what the job asked for

@@ -6,7 +6,7 @@ A lineage file records, for one model directory:
   a model directory with a lineage.json is *chained* (`chained`: that lineage file's path and sha256,
   verified recursively);
 * `upstream`: every artifact back to the raw Excel (and the demo source it is built from), each with its
-  sha256 and the rule + inputs that made it, walked through `qrewrite.paths.UPSTREAM`;
+  sha256 and the rule + inputs that made it, walked through the stage table (`qrewrite.workflow.stages.upstream`);
 * `model`: the model directory's own files and their sha256 (lineage.json itself excluded);
 * `samples`: row-level provenance of the training data: every SFT sample's `meta` names its query id, raw
   Excel row and teacher call key; `verify` checks each link against queries.jsonl and teacher.jsonl;

@@ -1,11 +1,13 @@
-"""The artifacts a model derives from: the walk through `qrewrite.paths.UPSTREAM` back to the raw Excel."""
+"""The artifacts a model derives from: the walk back to the raw Excel through the stage table
+(`qrewrite.workflow.stages.upstream`: which stage makes each artifact, from which)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from ..paths import BASE_MODEL, BASE_MODEL_KEY, OPTIONAL_INPUTS, UPSTREAM, artifact_paths
+from ..paths import BASE_MODEL, BASE_MODEL_KEY, OPTIONAL_FILES, artifact_paths
+from ..workflow.stages import upstream
 from .document import LINEAGE_FILE
 from .hashing import hash_path
 
@@ -36,7 +38,7 @@ def upstream_closure(tenant_cfg: dict | None, start_keys: list[str]) -> list[dic
         if key in seen:
             return
         seen.add(key)
-        rule = UPSTREAM.get(key)
+        rule = upstream().get(key)
         if _made_here(rule, paths):
             for dep in rule[1]:
                 if dep in paths:
@@ -50,7 +52,7 @@ def upstream_closure(tenant_cfg: dict | None, start_keys: list[str]) -> list[dic
         if key not in paths:
             continue
         entry = artifact_entry(key, paths[key])
-        rule = UPSTREAM.get(key)
+        rule = upstream().get(key)
         if _made_here(rule, paths):
             entry["made_by"] = {"rule": rule[0], "inputs": [k for k in rule[1] if k in paths]}
         out.append(entry)
@@ -60,7 +62,7 @@ def upstream_closure(tenant_cfg: dict | None, start_keys: list[str]) -> list[dic
 def _made_here(rule: tuple | None, paths: dict) -> bool:
     """Whether a pipeline rule makes the artifact for this tenant: every required input exists (a tenant without
     demo_source supplies its raw Excel; a missing gold or red-team set is simply not an input)."""
-    return bool(rule) and all(k in paths for k in rule[1] if k not in OPTIONAL_INPUTS)
+    return bool(rule) and all(k in paths for k in rule[1] if k not in OPTIONAL_FILES)
 
 
 def artifact_key(path: str, tenant_cfg: dict | None) -> str | None:

@@ -120,7 +120,7 @@ def cmd_merge_sft(args) -> None:
 
     cfg, tenant = load(args)
     started = time.time()
-    stats = merge_lora(cfg, base=args.base, adapter=args.adapter, out=args.out)
+    stats = merge_lora(cfg, base=args.base, adapter=args.adapter, out=args.out, threads=args.threads)
     _lineage(args.out, rule="merge_sft", tenant=tenant, inputs={"base": args.base, "adapter": args.adapter},
              params={"merge_lora": True, "device": cfg["train"]["device"]}, cfg=cfg, env="swift", started=started)
     log.info("merged %s into %s -> %s (%ss)", args.adapter, args.base, args.out, stats["wall_s"])
@@ -195,6 +195,7 @@ def register(sub) -> None:
 
     p = sub.add_parser("merge-sft", help="merge a LoRA adapter into its base model (swift export --merge_lora)")
     common(p, "--base", "--adapter", "--out")
+    p.add_argument("--threads", type=int, help="CPU threads (OMP_NUM_THREADS)")
     p.set_defaults(func=cmd_merge_sft)
 
     p = sub.add_parser("rl-data", help="SFT splits → RL prompts with the teacher's side (verl parquet + swift jsonl)")

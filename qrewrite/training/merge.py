@@ -11,12 +11,14 @@ from ..io_utils import atomic_dir
 from . import swift_cmds as sc
 
 
-def merge_lora(cfg: dict, *, base: str, adapter: str, out: str, log_file: str | None = None) -> dict:
+def merge_lora(cfg: dict, *, base: str, adapter: str, out: str, log_file: str | None = None,
+               threads: int | None = None) -> dict:
     hp = {"device": cfg["train"]["device"], **base_model_swift(cfg)}
     with atomic_dir(out) as tmp:
         export_dir = Path(tmp) / "export"  # swift wants to create output_dir itself
         wall = sc.run_swift(sc.export_merge_cmd({**hp, "model": base, "adapter": adapter,
-                                                 "output_dir": str(export_dir)}), log_file=log_file)
+                                                 "output_dir": str(export_dir)}), log_file=log_file,
+                            env={"OMP_NUM_THREADS": str(threads)} if threads else None)
         if not (export_dir / "config.json").is_file() or not list(export_dir.glob("*.safetensors")):
             raise QrewriteError(f"swift export wrote no model into {export_dir}")
         for p in export_dir.iterdir():

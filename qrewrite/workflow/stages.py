@@ -1,0 +1,300 @@
+"""The stage table: every pipeline stage once, with what it reads, writes and runs. The single source of truth.
+
+The Snakemake rules (rules/stages.smk), dvc.yaml (`qrewrite dvc-yaml`), the lineage walk (`upstream()`)
+and the tests' stage maps are all derived from `STAGES`; nothing else lists the graph. One name per stage:
+rule `merge_sft` = DVC stage `merge_sft@T` = `qrewrite merge-sft` = `cmd_merge_sft` in
+`qrewrite/training/cli.py` (`Stage.handler`).
+
+A stage's files are artifact keys (`qrewrite.paths`): layout keys (`queries`, `sft_model`, ...), files the
+tenant's config gives (`raw_excel`, `kb`, `gold_set`, ...: `CONFIG_FILES`) and a few that follow from the
+config (`eval_split`, `candidate_model`, `rewrites`, `all_rewrites`, `deploy_model`, `deploy_rewrites`).
+`resolve()` turns a key into a path for one job. It is also called with placeholder names ("{tenant}",
+"${key}", "${item.kb}") to make Snakemake's wildcard patterns and DVC's foreach templates from the same code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from functools import cache
+
+from ..paths import BASE_MODEL, CONFIG_FILES, REPORT_HTML, deploy_json, eval_paths, tenant_paths
+# Keys that depend on an eval candidate (the job's, or deploy.candidate's): per-item values in dvc.yaml.
+CANDIDATE_FILES = ("candidate_model", "deploy_model")
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One path on the command line: `flag` takes the files of `keys`; `role` says what the stage does with it."""
+
+    flag: str
+    keys: tuple[str, ...]
+    role: str  # "in" (read), "out" (written), "dir" (a folder holding files listed elsewhere: not tracked itself)
+
+    @property
+    def name(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+def i(flag: str, *keys: str) -> Arg:
+    """An input: `--flag` path(s) of `keys` (default: the flag's name)."""
+    return Arg(f"--{flag}", keys or (flag.replace("-", "_"),), "in")
+
+
+def o(flag: str, *keys: str) -> Arg:
+    """An output."""
+    return Arg(f"--{flag}", keys or (flag.replace("-", "_"),), "out")
+
+
+def d(flag: str, key: str) -> Arg:
+    """A working folder: the stage's tracked files in it are listed in `reads`/`writes`, or it is scratch."""
+    return Arg(f"--{flag}", (key,), "dir")
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str                       # rule, DVC stage; the command is the name with '-', the handler cmd_<name>
+    doc: str                        # what it makes (the rule's docstring)
+    package: str                    # qrewrite/<package>/cli.py holds the handler
+    args: tuple[Arg, ...] = ()      # the command line after --config/--tenant/--candidate
+    reads: tuple[str, ...] = ()     # inputs not on the command line (found through the config, or in a --dir)
+    writes: tuple[str, ...] = ()    # outputs not on the command line (written into a --dir)
+    params: tuple[str, ...] = ()    # config it reads: "rag", "rl.val_share", "tenant.thresholds", "candidate"
+    per: str = "tenant"             # tenant | demo_tenant | candidate | once | all_tenants
+    candidates: str | None = None   # per candidate: "model" (local models) or "other" (every other kind)
+    env: str = "cpu"                # cpu | swift | verl | rl (rl.backend's env): container and conda env
+    mem_mb: int = 2000
+    runtime: int = 10               # minutes (Slurm time limit)
+    threads: bool = False           # gets train.threads, passed as --threads
+    uses_config: bool = True        # takes --config
+    metrics: tuple[str, ...] = ()   # outputs DVC shows as metrics (not cached)
+    plots: tuple[str, ...] = ()     # outputs DVC shows as plots (not cached)
+    report: str | None = None       # Snakemake report category of the outputs (`snakemake --report`)
+    launcher: str | None = None     # "ray": on several verl nodes, slurm/ray_on_slurm.sh runs the command
+    half: str = "data"              # data | models | eval (`snakemake data`, `models`, all) | deploy (a check)
+    dvc: bool = True                # a DVC stage too (the deploy check measures a machine: Snakemake only)
+    server_log: bool = False        # also writes the model server's own log next to its log
+
+    @property
+    def command(self) -> str:
+        return self.name.replace("_", "-")
+
+    @property
+    def handler(self) -> tuple[str, str]:
+        """(module, function) of the stage's subcommand handler."""
+        return f"qrewrite.{self.package}.cli", f"cmd_{self.name}"
+
+    def keys(self, role: str) -> list[str]:
+        """Artifact keys the stage reads ("in") or writes ("out"), command line first."""
+        extra = self.reads if role == "in" else self.writes
+        return [k for a in self.args if a.role == role for k in a.keys] + list(extra)
+
+
+STAGES: dict[str, Stage] = {s.name: s for s in (
+    # --- data half: raw Excel → queries → teacher → validated → SFT splits → summary, data card ------------
+    Stage("build_excel", "Demo tenants only: the raw Excel from its reviewable JSONL source (exercises the "
+          "Excel reader).", "data", per="demo_tenant", args=(o("out", "raw_excel"),), reads=("demo_source",),
+          params=("tenant.columns",), mem_mb=1000, runtime=5),
+    Stage("ingest", "Raw Excel → queries.jsonl: stable ids, counted drops.", "data",
+          args=(o("out", "queries"), o("stats", "stats_ingest")), reads=("raw_excel", "kb"),
+          params=("tenant.columns", "tenant.sheet", "tenant.thresholds.max_query_chars", "tenant.kb")),
+    Stage("teacher", "Every query's teacher rewrite (cached calls: a rerun repeats none).", "teacher",
+          args=(i("queries"), o("out", "teacher"), o("stats", "stats_teacher")), reads=("kb",),
+          params=("teacher", "rag.local", "tenant.system_prompt", "tenant.language", "tenant.kb"), runtime=120),
+    Stage("validate", "The teacher's rewrites against the tenant's RAG service: rewrite vs raw query.", "rag",
+          args=(i("queries"), i("teacher"), o("out", "validated"), o("stats", "stats_validate")), reads=("kb",),
+          params=("rag", "tenant.language", "tenant.kb", "tenant.tenant_id"), runtime=60),
+    Stage("split", "Validated rows → SFT train/val/test: filter, dedupe, hold out the gold set, split.", "data",
+          args=(i("queries"), i("teacher"), i("validated"), d("out-dir", "sft_dir"), o("stats", "stats_split")),
+          reads=("gold_set",), writes=("train", "val", "test"),
+          params=("split", "tenant.thresholds", "tenant.system_prompt", "tenant.language"), mem_mb=1000),
+    Stage("summarize", "Per-stage stats → summary.json: rows in and out per stage, drops per reason.", "data",
+          args=(i("stats", "stats_ingest", "stats_teacher", "stats_validate", "stats_split"), o("out", "summary")),
+          uses_config=False, metrics=("summary",), mem_mb=500, runtime=5),
+    Stage("data_card", "The dataset's card: sources and hashes, funnel, language, difficulty mix, gold and "
+          "red-team sets, known biases, intended use.", "data",
+          args=(i("queries"), i("teacher"), i("validated"), i("train"), i("val"), i("test"), i("summary"),
+                o("out", "data_card"), o("out-json", "data_card_json")),
+          reads=("raw_excel", "kb", "gold_set", "red_team"), params=("tenant",), mem_mb=1000, runtime=5),
+    # --- training half: base model → LoRA SFT → merged SFT model → RL prompts → RL → merged RL model ---------
+    Stage("base_model", "The base model folder: converted from the packaged GGUF, or linked from a local "
+          "folder (base_model.source).", "training", per="once", args=(o("out", "base_model"),),
+          params=("base_model",), env="swift", mem_mb=8000, runtime=30, half="models"),
+    # the data card is an input of SFT so that every model's lineage lists the card of the data it learnt from
+    Stage("sft", "LoRA SFT with ms-swift; keeps the best checkpoint by validation loss.", "training",
+          args=(i("base", "base_model"), i("train"), i("val"), i("data-card", "data_card_json"),
+                o("out", "sft_model"), d("run-dir", "sft_run"), o("tb", "tb_sft"), o("stats", "stats_sft")),
+          params=("train", "base_model"), env="swift", threads=True, mem_mb=16000, runtime=240, half="models"),
+    Stage("merge_sft", "The LoRA adapter merged into its base model (swift export --merge_lora).", "training",
+          args=(i("base", "base_model"), i("adapter", "sft_model"), o("out", "sft_merged")),
+          params=("train.device",), env="swift", threads=True, mem_mb=16000, runtime=60, half="models"),
+    Stage("rl_data", "SFT splits → RL prompts with the teacher's side (verl parquet + ms-swift jsonl).",
+          "training", args=(i("train"), i("val"), i("queries"), d("out-dir", "rl_dir")), reads=("red_team",),
+          writes=("rl_train", "rl_val", "rl_train_swift", "rl_val_swift"),
+          params=("rl.val_share", "rl.red_team_share", "tenant.system_prompt", "tenant.language"), half="models"),
+    Stage("rl", "RL on the merged SFT model with the qrewrite reward (verl on the cluster, ms-swift GRPO on "
+          "CPU) → the merged RL model.", "training",
+          args=(i("model", "sft_merged"), d("data-dir", "rl_dir"), o("out", "rl_model"), d("run-dir", "rl_run"),
+                o("tb", "tb_rl"), o("stats", "stats_rl")),
+          reads=("rl_train", "rl_val", "rl_train_swift", "kb"),
+          params=("rl", "reward", "rag", "tenant.judge_rubric", "tenant.language", "tenant.system_prompt",
+                  "tenant.kb", "tenant.tenant_id"),
+          env="rl", threads=True, mem_mb=32000, runtime=720, launcher="ray", half="models"),
+    # --- evaluation and report ---------------------------------------------------------------------------
+    Stage("eval_generate", "A local model candidate's rewrites (greedy, the SFT prompt) with per-query latency "
+          "and GPU-hour cost.", "eval", per="candidate", candidates="model",
+          args=(i("test", "eval_split"), i("queries"), i("model", "candidate_model"), o("out", "rewrites")),
+          reads=("gold_set", "red_team"),
+          params=("candidate", "eval.generation", "eval.max_rows", "eval.gpu_hour_usd", "tenant"),
+          env="swift", threads=True, mem_mb=16000, runtime=120, half="eval"),
+    # the teacher candidate rewrites gold and red-team rows the data half never saw: it needs the KB
+    Stage("eval_rewrites", "The raw query, the recorded teacher rewrites, or an API candidate's rewrites "
+          "(cached calls).", "eval", per="candidate", candidates="other",
+          args=(i("test", "eval_split"), i("queries"), i("teacher"), o("out", "rewrites")),
+          reads=("kb", "gold_set", "red_team"), params=("candidate", "eval.max_rows", "teacher", "tenant"),
+          runtime=60, half="eval"),
+    Stage("eval", "Every candidate scored: retrieval vs gold, reranker scores, judge, win/tie/loss, latency, "
+          "cost, paired intervals.", "eval",
+          args=(i("test", "eval_split"), i("queries"), i("rewrites", "all_rewrites"), o("out", "eval_json"),
+                o("examples"), o("plots")),
+          reads=("kb", "judge_labels", "gold_set", "red_team"), params=("eval", "reward", "rag", "tenant"),
+          metrics=("eval_json",), plots=("plots",), report="Evaluation", runtime=30, half="eval"),
+    Stage("report", "reports/index.html over every tenant: tables, metric bars, training curves, data funnel, "
+          "lineage.", "report", per="all_tenants", args=(o("out", "report_html"),),
+          reads=("eval_json", "examples", "summary", "data_card", "data_card_json", "tb_sft", "tb_rl"),
+          params=("eval",), report="Report", mem_mb=1000, half="eval"),
+    # --- serving check (`snakemake deploy`, not in `all`) ------------------------------------------------
+    Stage("deploy_check", "Serve deploy.candidate's model on loopback, send the eval rows through it at each "
+          "concurrency level and the rewrites through the RAG → deploy.json.", "deploy",
+          args=(i("model", "deploy_model"), i("test", "eval_split"), i("queries"), i("eval-json", "eval_json"),
+                i("eval-rewrites", "deploy_rewrites"), o("out", "deploy_json")),
+          params=("deploy", "eval.generation", "eval.max_rows", "rag", "tenant"), env="swift", threads=True,
+          mem_mb=16000, runtime=60, half="deploy", dvc=False, server_log=True),
+)}
+
+# Artifact keys that are folders (Snakemake `directory()` outputs).
+DIRECTORIES = frozenset({"base_model", "sft_model", "sft_merged", "rl_model", "tb_sft", "tb_rl"})
+
+
+def jobs(s: Stage, cfg: dict, tenants: list[str] | None = None) -> list[tuple[dict | None, dict | None]]:
+    """(tenant, candidate) of every job of stage `s` over `tenants` (names; default every tenant). A stage over
+    all tenants runs only when every tenant is selected (the report covers them all)."""
+    names = [t["name"] for t in cfg["tenants"]] if tenants is None else tenants
+    picked = [t for t in cfg["tenants"] if t["name"] in names]
+    if s.per == "once":
+        return [(None, None)]
+    if s.per == "all_tenants":
+        return [(None, None)] if len(picked) == len(cfg["tenants"]) else []
+    if s.per == "demo_tenant":
+        picked = [t for t in picked if t.get("demo_source")]
+    if s.per == "candidate":
+        return [(t, c) for t in picked for c in candidates(s, cfg)]
+    return [(t, None) for t in picked]
+
+
+def candidates(s: Stage, cfg: dict) -> list[dict]:
+    """The eval candidates a per-candidate stage runs for: local models, or every other kind."""
+    return [c for c in cfg["eval"]["candidates"] if (c["kind"] == "model") == (s.candidates == "model")]
+
+
+def resolve(key: str, tenant: str, given: dict, cfg: dict, candidate: str | None = None) -> str | list[str] | None:
+    """The path of artifact `key` for tenant `tenant` (a name or a placeholder), or None for an optional file
+    the tenant leaves out. `given`: the tenant's CONFIG_FILES and CANDIDATE_FILES values (or placeholders)."""
+    if key in CONFIG_FILES or key in CANDIDATE_FILES:
+        return given.get(key)
+    if key == "base_model":
+        return BASE_MODEL
+    if key == "report_html":
+        return REPORT_HTML
+    if key == "deploy_json":
+        return deploy_json(tenant)
+    ev = eval_paths(tenant)
+
+    def rewrites(name: str) -> str:  # replace, not format: `tenant` may be a placeholder in braces itself
+        return ev["rewrites"].replace("{candidate}", name)
+
+    if key == "rewrites":
+        return rewrites(candidate)
+    if key == "all_rewrites":
+        return [rewrites(c["name"]) for c in cfg["eval"]["candidates"]]
+    if key == "deploy_rewrites":
+        return rewrites(cfg["deploy"]["candidate"])
+    if key == "eval_split":
+        key = cfg["eval"]["split"]
+    paths = tenant_paths(tenant)
+    return paths[key] if key in paths else ev[key]
+
+
+def given_files(tenant: dict, cfg: dict, candidate: dict | None = None) -> dict:
+    """The concrete CONFIG_FILES and CANDIDATE_FILES of one job."""
+    from ..eval.candidates import deploy_candidate, model_path
+
+    out = {k: tenant.get(k) for k in CONFIG_FILES} | {"kb": tenant["kb"]["path"]}
+    if candidate is not None and candidate["kind"] == "model":
+        out["candidate_model"] = model_path(candidate, tenant)
+    if cfg["deploy"]["candidate"] in {c["name"] for c in cfg["eval"]["candidates"]}:
+        out["deploy_model"] = model_path(deploy_candidate(cfg), tenant)
+    return out
+
+
+def named_files(s: Stage, role: str, tenant: str, given: dict, cfg: dict,
+                candidate: str | None = None) -> dict[str, str | list[str]]:
+    """Input ("in") or output ("out") name → path of one job of `s` (a list for a multi-file argument), named
+    like Snakemake's `{input.NAME}`: the argument's name (`queries`, `out`, `stats`), or off the command line
+    the key. An optional file the tenant leaves out is absent."""
+    named = [(a.name, a.keys) for a in s.args if a.role == role]
+    named += [(k, (k,)) for k in (s.reads if role == "in" else s.writes)]
+    out: dict[str, str | list[str]] = {}
+    for name, keys in named:
+        paths = [resolve(k, tenant, given, cfg, candidate) for k in keys]
+        flat = [q for p in paths if p is not None for q in (p if isinstance(p, list) else [p])]
+        if len(keys) > 1 or isinstance(paths[0], list):
+            out[name] = flat
+        elif flat:
+            out[name] = flat[0]
+    return out
+
+
+def job_files(s: Stage, role: str, tenant: dict | None, cfg: dict, candidate: dict | None = None) -> dict:
+    """`named_files` of one concrete job; a stage over all tenants gets every tenant's files, as lists."""
+    if s.per == "all_tenants" and s.reads and role == "in":
+        out: dict[str, list] = {}
+        for t in cfg["tenants"]:
+            for name, p in named_files(s, role, t["name"], given_files(t, cfg), cfg).items():
+                out.setdefault(name, []).extend(p if isinstance(p, list) else [p])
+        return out
+    name = tenant["name"] if tenant else ""
+    given = given_files(tenant, cfg, candidate) if tenant else {}
+    return named_files(s, role, name, given, cfg, candidate and candidate["name"])
+
+
+def command(s: Stage, text, *, config: str, tenant: str = "", candidate: str = "", threads="",
+            server_log: str = "") -> str:
+    """The stage's command line; `text(arg)` writes one argument's path(s) for the caller (Snakemake or DVC)."""
+    parts = ["qrewrite", s.command]
+    if s.uses_config:
+        parts += ["--config", config]
+    if s.per not in ("once", "all_tenants"):
+        parts += ["--tenant", tenant]
+    if s.per == "candidate":
+        parts += ["--candidate", candidate]
+    for a in s.args:
+        parts += [a.flag, text(a)]
+    if s.threads:
+        parts += ["--threads", str(threads)]
+    if s.server_log:
+        parts += ["--server-log", server_log]
+    return " ".join(parts)
+
+
+@cache
+def upstream() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Artifact key → (the stage that makes it, the keys it makes it from): what `qrewrite lineage` walks back
+    to the raw Excel. The data and training halves (lineage covers the models and what they learnt from)."""
+    out = {}
+    for s in STAGES.values():
+        if s.half in ("data", "models"):
+            ins = tuple(dict.fromkeys(s.keys("in")))
+            for k in s.keys("out"):
+                out[k] = (s.name, ins)
+    return out

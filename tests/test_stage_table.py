@@ -1,0 +1,140 @@
+"""The stage table (qrewrite/workflow/stages.py) is the one source of the stage graph, and one name runs through
+every view of it: rule `merge_sft` runs `qrewrite merge-sft`, handled by `cmd_merge_sft` in
+qrewrite/training/cli.py, and is DVC stage `merge_sft@T`. Asked of Snakemake, the parser and dvc.yaml
+themselves, not of the table, so a view that drifts fails here."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from conftest import REPO
+from qrewrite.cli import build_parser
+from qrewrite.config import load_config
+from qrewrite.workflow.code_deps import registration_importers
+from qrewrite.workflow.stages import CONFIG_FILES, STAGES, jobs
+
+TARGET_RULES = {"all", "data", "models", "deploy"}
+
+
+def snakemake(*args: str) -> str:
+    exe = Path(sys.executable).parent / "snakemake"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    proc = subprocess.run([str(exe), *args], cwd=REPO, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    """`qrewrite`'s subcommand name -> its parser, as the CLI dispatches it."""
+    return next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def test_snakemake_has_one_rule_per_stage_and_its_docstring_names_the_handler():
+    listed = dict(re.match(r"(\w+)(?: \((.*)\))?$", line.strip()).groups()
+                  for line in snakemake("--list-rules").splitlines() if line.strip())
+    assert set(listed) - TARGET_RULES == set(STAGES), sorted(set(listed) ^ set(STAGES) - TARGET_RULES)
+    for name, s in STAGES.items():
+        assert f"qrewrite/{s.package}/cli.py cmd_{name}" in listed[name], (name, listed[name])
+
+
+def test_every_stage_command_is_dispatched_to_the_handler_of_its_name_in_its_package():
+    sub = subcommands()
+    for name, s in STAGES.items():
+        func = sub[s.command].get_default("func")
+        assert (func.__module__, func.__name__) == s.handler, name
+        assert s.command == name.replace("_", "-")
+
+
+def test_every_command_snakemake_and_dvc_run_parses():
+    """A flag the table passes that the subcommand does not take fails here, not on a cluster (merge-sft got
+    --threads from its rule's threads and took none)."""
+    parser = build_parser()
+    cmds = [line.removeprefix("Shell command: ") for line in
+            snakemake("-n", "-p", "--forceall", "all", "deploy").splitlines()
+            if line.startswith("Shell command: ") and line != "Shell command: None"]  # None: the target rules
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    cmds += [st.get("do", st)["cmd"] for st in stages.values()]
+    seen = set()
+    for cmd in cmds:
+        argv = shlex.split(re.split(r" (?:2?>|\|\|) ", cmd)[0])
+        argv = argv[argv.index("qrewrite") + 1:]  # after a launcher (slurm/ray_on_slurm.sh ... --)
+        args = parser.parse_args(argv)  # SystemExit (a failure) on an unknown or missing flag
+        seen.add(args.command)
+    assert seen == {s.command for s in STAGES.values()}
+
+
+def test_every_dvc_stage_is_a_stage_of_the_table_under_its_name():
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    assert set(stages) == {n for n, s in STAGES.items() if s.dvc}
+    for name, stage in stages.items():
+        assert stage.get("do", stage)["cmd"].split()[:2] == ["qrewrite", STAGES[name].command], name
+
+
+def test_the_graph_is_closed_every_file_has_one_maker():
+    """Every output key has one stage that makes it; every input is made by a stage or given by the config."""
+    made: dict[str, list] = {}
+    for s in STAGES.values():
+        for k in s.keys("out"):
+            made.setdefault(k, []).append(s)
+    for k, makers in made.items():
+        # one maker, or per-candidate stages over disjoint candidates (eval_generate: models, eval_rewrites: others)
+        assert len(makers) == 1 or (all(m.per == "candidate" for m in makers)
+                                    and len({m.candidates for m in makers}) == len(makers)), (k, makers)
+    derived = {"eval_split", "all_rewrites", "rewrites", "candidate_model", "deploy_model", "deploy_rewrites"}
+    for s in STAGES.values():
+        for k in s.keys("in"):
+            assert k in made or k in CONFIG_FILES or k in derived, (s.name, k)
+
+
+def test_every_stage_has_jobs_under_the_demo_config():
+    cfg = load_config(REPO / "config.yaml")
+    assert all(jobs(s, cfg) for s in STAGES.values())
+
+
+def test_only_the_top_level_cli_imports_a_stage_cli_module():
+    """code_deps leaves other stages' `cli` modules out of a stage's deps: that is right only while nothing but
+    qrewrite/cli.py (which registers their subcommands) imports them."""
+    assert registration_importers() == {}
+
+
+def test_readme_maps_every_rule_to_its_handler():
+    """README "Where the code is": one row per rule, naming the file that holds its handler."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Where the code is", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `(\w+)` \| `qrewrite ([\w-]+)` \| `([\w/]+\.py)` `(\w+)` \|", section, flags=re.M)
+    assert {r[0] for r in rows} == set(STAGES), sorted(set(STAGES) ^ {r[0] for r in rows})
+    for rule, cmd, path, handler in rows:
+        s = STAGES[rule]
+        assert (cmd, (path.removesuffix(".py").replace("/", "."), handler)) == (s.command, s.handler), rule
+        for logic in re.findall(r"`(qrewrite/[\w/]+\.py)`", section.split(f"| `{rule}` |", 1)[1].split("\n", 1)[0]):
+            assert (REPO / logic).is_file(), (rule, logic)
+
+
+def test_a_split_threshold_reruns_the_split_and_downstream_only(project):
+    """Each rule's params are the config keys its stage reads: after a finished data half, a new
+    tenants[].thresholds.top1 reruns that tenant's split and what uses the split, not ingest, teacher or
+    validate (ingest used to track the whole tenant entry, so any tenant setting reran the data half)."""
+    for tenant in ("fivedoctors", "chengla"):
+        project.keep_queries(tenant, 30)
+    exe = Path(sys.executable).parent / "snakemake"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+
+    def snake(*args: str) -> str:
+        proc = subprocess.run([str(exe), "-s", str(REPO / "Snakefile"), "-d", str(project.root), "--cores", "2",
+                               *args], capture_output=True, text=True, env=env, timeout=600)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+        return proc.stdout + proc.stderr
+
+    snake("data")
+    assert "Nothing to be done" in snake("-n", "data")
+    project.update_tenant("fivedoctors", thresholds={"top1": 0.2})
+    planned = set(re.findall(r"^rule (\w+):\n(?:    .*\n)*?    wildcards: tenant=(\w+)", snake("-n", "data"), flags=re.M))
+    assert planned == {("split", "fivedoctors"), ("summarize", "fivedoctors"), ("data_card", "fivedoctors")}, planned
