@@ -53,13 +53,6 @@ def validate_config(cfg: dict, source: str = "config") -> dict:
         raise QrewriteError(f"tenant names must be unique, repeated: {sorted(dupes)}", file=source,
                             hint="rename or remove the repeated tenants[] entries")
     selected_tenants(cfg, source)  # `only` names known tenants
-    from .paths import demo_excel
-
-    for t in cfg["tenants"]:
-        if t.get("demo_source") and t["raw_excel"] != demo_excel(t["name"]):
-            raise QrewriteError(f"tenant {t['name']}: a demo tenant's raw_excel is built at {demo_excel(t['name'])}, "
-                                f"not {t['raw_excel']}", file=source,
-                                hint=f"set raw_excel: {demo_excel(t['name'])}, or demo_source: null for your own Excel")
     split = cfg["split"]
     if abs(split["train"] + split["val"] + split["test"] - 1.0) > 1e-6:
         raise QrewriteError(f"split.train + split.val + split.test must sum to 1 (they sum to "

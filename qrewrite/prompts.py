@@ -28,10 +28,11 @@ def has_control_tokens(text: str) -> bool:
 
 
 def user_message(query: str, profile: str, history: str, language: str = "zh") -> str:
-    q, p, h, none = _LABELS[language]
+    query_label, profile_label, history_label, none = _LABELS[language]
     query, profile, history = prompt_field(query), prompt_field(profile), prompt_field(history)
-    return f"{q}：{query}\n{p}：{profile or none}\n{h}：{history or none}" if language == "zh" else \
-        f"{q}: {query}\n{p}: {profile or none}\n{h}: {history or none}"
+    sep = "：" if language == "zh" else ": "
+    return (f"{query_label}{sep}{query}\n{profile_label}{sep}{profile or none}\n"
+            f"{history_label}{sep}{history or none}")
 
 
 def rewrite_messages(tenant: dict, row: dict) -> list[dict]:

@@ -26,9 +26,10 @@ def agreement_texts(query: dict, teacher_rewrite: str | None, lexicon: EntityLex
         texts["teacher"] = teacher_rewrite
     entity = next((lexicon.doc_entity.get(d) for d in query["gold_doc_ids"] if lexicon.doc_entity.get(d)), None)
     if entity:
-        q = query["query"]
-        ms = lexicon.mentions(q) if len(q) == len(q.lower()) else []
-        texts["referent_filled"] = (q[:ms[0].start] + entity + q[ms[0].end:]) if ms else fill_referent(q, entity)
+        asked = query["query"]
+        ms = lexicon.mentions(asked) if len(asked) == len(asked.lower()) else []
+        texts["referent_filled"] = (asked[:ms[0].start] + entity + asked[ms[0].end:]) if ms \
+            else fill_referent(asked, entity)
     return texts
 
 
@@ -55,17 +56,17 @@ def agreement(rows: list[dict]) -> dict:
 async def score_agreement(rag, queries: list[dict], teacher: dict[str, str], lexicon: EntityLexicon,
                           quality: str) -> dict:
     """Agreement of ``rag``'s q (formula ``quality``) with gold over the texts of every gold query."""
-    async def one(q: dict) -> dict:
-        texts = agreement_texts(q, teacher.get(q["id"]), lexicon)
+    async def one(query_row: dict) -> dict:
+        texts = agreement_texts(query_row, teacher.get(query_row["id"]), lexicon)
         unique: dict[str, str] = {}
         for kind, text in texts.items():
             unique.setdefault(text, kind)  # identical texts are one text, not a pair
-        found = await asyncio.gather(*(rag.search(q["query"], text) for text in unique))
-        return {kind: (gold_ranking(hits, q["gold_doc_ids"])["hit_at_1"], retrieval_quality(hits, quality))
+        found = await asyncio.gather(*(rag.search(query_row["query"], text) for text in unique))
+        return {kind: (gold_ranking(hits, query_row["gold_doc_ids"])["hit_at_1"], retrieval_quality(hits, quality))
                 for kind, hits in zip(unique.values(), found)}
 
     # Concurrent across queries: the RAG client bounds the calls in flight.
-    rows = await asyncio.gather(*(one(q) for q in queries if q.get("gold_doc_ids")))
+    rows = await asyncio.gather(*(one(row) for row in queries if row.get("gold_doc_ids")))
     return {**agreement(rows), "texts": list(TEXTS), "queries": len(rows), "quality": quality}
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from snakemake.utils import validate
 
 from qrewrite.config import SCHEMA_PATH, selected_tenants, validate_config
+from qrewrite.errors import QrewriteError
 from qrewrite.io_utils import write_text_atomic
 from qrewrite.paths import demo_excel
 from qrewrite.workflow.stages import DIRECTORIES, STAGES, candidates, command, job_files, jobs, named_files, resolve
@@ -18,6 +19,12 @@ TENANTS = {t["name"]: t for t in config["tenants"]}
 # The tenants whose targets `snakemake` builds: all, or those named by `--config only=NAME[,NAME]`.
 # The tenant list itself stays whole, so explicit targets of any tenant keep working.
 SELECTED = selected_tenants(config)
+# Rule build_excel writes a demo tenant's Excel (tenants[].demo_source) at one path pattern, data/raw/<name>.xlsx.
+for _t in TENANTS.values():
+    if _t["demo_source"] and _t["raw_excel"] != demo_excel(_t["name"]):
+        raise QrewriteError(f"tenant {_t['name']}: a demo tenant's raw Excel is built at {demo_excel(_t['name'])}, "
+                            f"not {_t['raw_excel']}", file="snakemake config",
+                            hint=f"set raw_excel: {demo_excel(_t['name'])}, or demo_source: null for your own Excel")
 CANDIDATES = {c["name"]: c for c in config["eval"]["candidates"]}
 
 # `--configfile` replaces config.yaml's tenant list (Snakemake merges lists by replacing them): say so,

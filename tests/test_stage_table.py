@@ -138,3 +138,15 @@ def test_a_split_threshold_reruns_the_split_and_downstream_only(project):
     project.update_tenant("fivedoctors", thresholds={"top1": 0.2})
     planned = set(re.findall(r"^rule (\w+):\n(?:    .*\n)*?    wildcards: tenant=(\w+)", snake("-n", "data"), flags=re.M))
     assert planned == {("split", "fivedoctors"), ("summarize", "fivedoctors"), ("data_card", "fivedoctors")}, planned
+
+
+def test_a_demo_tenant_whose_excel_is_elsewhere_is_a_clear_error(project):
+    """Rule build_excel writes a demo tenant's Excel at data/raw/<name>.xlsx: another raw_excel for a tenant
+    with a demo_source would leave ingest without a maker, so Snakemake says what to change."""
+    project.update_tenant("fivedoctors", raw_excel="data/raw/other.xlsx")
+    exe = Path(sys.executable).parent / "snakemake"
+    proc = subprocess.run([str(exe), "-s", str(REPO / "Snakefile"), "-d", str(project.root), "-n"],
+                          capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "data/raw/fivedoctors.xlsx, not data/raw/other.xlsx" in out, out[-2000:]
+    assert "demo_source: null" in out

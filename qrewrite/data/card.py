@@ -32,16 +32,16 @@ def _lines(path: str) -> int:
 
 def _language(queries: list[dict], configured: str) -> dict:
     """Configured language vs the queries' script: the share of queries mostly in the configured script."""
-    shares = [script_share(q["query"], configured) for q in queries]
+    shares = [script_share(row["query"], configured) for row in queries]
     mostly = sum(1 for s in shares if s >= 0.6)
     return {"configured": configured, "queries": len(queries),
             "mostly_configured_script": mostly, "share": round(mostly / len(queries), 4) if queries else None}
 
 
 def _difficulty(tenant: dict, queries: list[dict], splits: dict[str, list[dict]]) -> dict:
-    by_id = {q["id"]: q for q in queries}
+    by_id = {row["id"]: row for row in queries}
     mix = {"column": tenant["columns"].get("difficulty"),
-           "ingested": dict(sorted(Counter(difficulty_label(q) for q in queries).items()))}
+           "ingested": dict(sorted(Counter(difficulty_label(row) for row in queries).items()))}
     for name, rows in splits.items():
         mix[name] = dict(sorted(Counter(difficulty_label(by_id[r["meta"]["query_id"]]) for r in rows).items()))
     return mix

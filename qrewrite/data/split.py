@@ -38,15 +38,15 @@ def build_splits(cfg: dict, tenant: dict, queries: list[dict], teacher_rows: lis
     from .gold_set import held_out
 
     gold_ids, gold_groups = held_out(gold_rows or [])
-    by_q = {q["id"]: q for q in queries}
+    queries_by_id = {row["id"]: row for row in queries}
     by_t = {t["id"]: t for t in teacher_rows}
     dropped: Counter = Counter()
     by_level: dict[str, Counter] = {}  # difficulty label -> counts of rows in and dropped per reason
     kept, seen = [], set()
     for v in validated:
-        q = by_q[v["id"]]
-        level = by_level.setdefault(difficulty_label(q), Counter())
-        if q["id"] in gold_ids or normalize(q["query"]) in gold_groups:  # first: never trained on, whatever else
+        query_row = queries_by_id[v["id"]]
+        level = by_level.setdefault(difficulty_label(query_row), Counter())
+        if query_row["id"] in gold_ids or normalize(query_row["query"]) in gold_groups:  # first: never trained on, whatever else
             dropped["held_out_gold_set"] += 1
             level["held_out_gold_set"] += 1  # apart from the filter drops: a person chose these, not a threshold
             continue
@@ -64,18 +64,18 @@ def build_splits(cfg: dict, tenant: dict, queries: list[dict], teacher_rows: lis
         if has_control_tokens(t["rewrite"]):  # trained on, they would teach the student to open chat turns
             drop("control_tokens_in_rewrite")
             continue
-        messages = rewrite_messages(tenant, q) + [{"role": "assistant", "content": t["rewrite"]}]
+        messages = rewrite_messages(tenant, query_row) + [{"role": "assistant", "content": t["rewrite"]}]
         dedupe_key = (messages[1]["content"], t["rewrite"])
         if dedupe_key in seen:
             drop("duplicate_sample")
             continue
         seen.add(dedupe_key)
         kept.append({"messages": messages, "meta": {
-            "tenant": tenant["name"], "query_id": q["id"], "raw_row": q["row"], "gold_doc_ids": q["gold_doc_ids"],
+            "tenant": tenant["name"], "query_id": query_row["id"], "raw_row": query_row["row"], "gold_doc_ids": query_row["gold_doc_ids"],
             "teacher_call_key": t["call_key"], "teacher_provider": t["provider"], "teacher_model": t["model"],
             "prompt_hash": t["prompt_hash"], "teacher_top1": v["rewrite_rag"]["top1"],
             "teacher_mean_top3": v["rewrite_rag"]["mean_top3"], "teacher_hits": v["rewrite_rag"]["hits"],
-            "original_top1": v["original_rag"]["top1"], "gain": v["gain"], "group": normalize(q["query"])}})
+            "original_top1": v["original_rag"]["top1"], "gain": v["gain"], "group": normalize(query_row["query"])}})
     assignment = assign_splits([s["meta"]["group"] for s in kept], cfg["split"]["seed"], cfg["split"])
     splits: dict[str, list[dict]] = {s: [] for s in SPLITS}
     for s in kept:

@@ -135,7 +135,7 @@ def run_check(cfg: dict, tenant: dict, rows: list[dict], *, model: str, eval_jso
                             f"{first['reason']})", hint=f"read the server log {server_log}; raise "
                             "deploy.request_timeout_s if they timed out on a slow machine")
 
-    texts = {"in_process": {q: _text(r) for q, r in inproc.items()}}
+    texts = {"in_process": {qid: _text(r) for qid, r in inproc.items()}}
     texts.update({f"served_c{c}": {r["query_id"]: _text(r) for r in res} for c, (res, _) in passes.items()})
     scored = asyncio.run(_score(cfg, tenant, rows, texts))
     boot = ecfg["bootstrap"]

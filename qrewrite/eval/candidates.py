@@ -26,16 +26,17 @@ from ..paths import artifact_paths
 
 def eval_rows(test_path: str, queries_path: str, max_rows: int | None) -> list[dict]:
     """The test split's queries in file order (first `max_rows`), joined with their queries.jsonl row."""
-    queries = {q["id"]: q for q in read_jsonl(queries_path)}
+    queries = {row["id"]: row for row in read_jsonl(queries_path)}
     rows = []
     for i, s in enumerate(read_jsonl(test_path), 1):
         meta = s.get("meta") or {}
-        q = queries.get(meta.get("query_id"))
-        if q is None:
+        query_row = queries.get(meta.get("query_id"))
+        if query_row is None:
             raise QrewriteError(f"query id {meta.get('query_id')!r} is not in {queries_path}", file=test_path, row=i,
                                 hint="the split and queries.jsonl come from different runs; rerun the data stages")
-        rows.append({"query_id": q["id"], "raw_row": q["row"], "query": q["query"], "profile": q["profile"],
-                     "history": q["history"], "gold_doc_ids": list(q.get("gold_doc_ids") or [])})
+        rows.append({"query_id": query_row["id"], "raw_row": query_row["row"], "query": query_row["query"],
+                     "profile": query_row["profile"],
+                     "history": query_row["history"], "gold_doc_ids": list(query_row.get("gold_doc_ids") or [])})
         if max_rows is not None and len(rows) >= max_rows:
             break
     if not rows:

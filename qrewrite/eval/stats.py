@@ -62,6 +62,6 @@ def paired(a: list, b: list, *, samples: int, seed: int, confidence: float) -> d
             "a_better": int(np.sum(d > 1e-12)), "b_better": int(np.sum(d < -1e-12))}
 
 
-def percentile(values, q: float) -> float | None:
+def percentile(values, pct: float) -> float | None:
     x = _clean(values)
-    return None if x.size == 0 else round(float(np.percentile(x, q)), 6)
+    return None if x.size == 0 else round(float(np.percentile(x, pct)), 6)

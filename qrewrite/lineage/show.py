@@ -74,11 +74,11 @@ def trace_sample(model_dir: str | os.PathLike, sample: str) -> str:
             if sample not in (meta.get("query_id"), f"{split}:{i}"):
                 continue
             qid = meta.get("query_id")
-            q = next((r for r in read_jsonl(root / spec["queries"]) if r["id"] == qid), None)
+            query_row = next((r for r in read_jsonl(root / spec["queries"]) if r["id"] == qid), None)
             t = next((r for r in read_jsonl(root / spec["teacher"]) if r["id"] == qid), None)
             out = [f"sample {spec['path']} line {i}: query {qid}",
                    f"  assistant (target): {s['messages'][-1]['content']}",
-                   f"  ← {spec['queries']}: row {q['row'] if q else '?'}: {q['query'] if q else 'NOT FOUND'}"]
+                   f"  ← {spec['queries']}: row {query_row['row'] if query_row else '?'}: {query_row['query'] if query_row else 'NOT FOUND'}"]
             if spec.get("raw_excel") and (root / spec["raw_excel"]).is_file():
                 from ..config import tenant_config
                 from ..data.excel import read_excel

@@ -31,7 +31,7 @@ def _check_samples(doc: dict, root: Path) -> list[tuple[str, str]]:
     problems = []
     for split, spec in (doc.get("samples") or {}).items():
         try:
-            queries = {q["id"]: q for q in read_jsonl(root / spec["queries"])}
+            queries = {row["id"]: row for row in read_jsonl(root / spec["queries"])}
             teacher = {t["id"]: t for t in read_jsonl(root / spec["teacher"])}
             rows = read_jsonl(root / spec["path"])
         except QrewriteError as exc:
@@ -40,12 +40,12 @@ def _check_samples(doc: dict, root: Path) -> list[tuple[str, str]]:
         for i, s in enumerate(rows, 1):
             meta = s.get("meta") or {}
             qid = meta.get("query_id")
-            q, t = queries.get(qid), teacher.get(qid)
+            query_row, t = queries.get(qid), teacher.get(qid)
             where = f"{spec['path']} line {i} (query {qid})"
-            if q is None:
+            if query_row is None:
                 problems.append((where, f"query id not in {spec['queries']}"))
-            elif q.get("row") != meta.get("raw_row"):
-                problems.append((where, f"raw_row {meta.get('raw_row')} but {spec['queries']} says row {q.get('row')}"))
+            elif query_row.get("row") != meta.get("raw_row"):
+                problems.append((where, f"raw_row {meta.get('raw_row')} but {spec['queries']} says row {query_row.get('row')}"))
             elif t is None or t.get("call_key") != meta.get("teacher_call_key") or t.get("status") != "ok":
                 problems.append((where, f"teacher call {str(meta.get('teacher_call_key'))[:12]}… not an ok row "
                                         f"of {spec['teacher']}"))

@@ -15,7 +15,7 @@ from ..tasks import gather_with_progress
 
 async def run_validation(cfg: dict, tenant: dict, queries: list[dict], teacher_rows: list[dict], *,
                          progress: bool = True) -> tuple[list[dict], dict]:
-    by_id = {q["id"]: q for q in queries}
+    by_id = {row["id"]: row for row in queries}
     ok = [t for t in teacher_rows if t["status"] == "ok"]
     quality = cfg["rag"]["quality"]
     rag = make_rag(cfg, tenant)
@@ -23,11 +23,13 @@ async def run_validation(cfg: dict, tenant: dict, queries: list[dict], teacher_r
         rag = cached_http_rag(rag, cfg, tenant)  # a rerun (also after kill -9) repeats no completed call
 
     async def one(t: dict) -> dict:
-        q = by_id[t["id"]]
-        rewritten, original = await asyncio.gather(rag.search(q["query"], t["rewrite"]), rag.search(q["query"]))
-        rw = summarize_hits(rewritten, q["gold_doc_ids"], quality)
-        og = summarize_hits(original, q["gold_doc_ids"], quality)
-        return {"id": q["id"], "query": q["query"], "rewrite": t["rewrite"], "gold_doc_ids": q["gold_doc_ids"],
+        query_row = by_id[t["id"]]
+        rewritten, original = await asyncio.gather(rag.search(query_row["query"], t["rewrite"]),
+                                                   rag.search(query_row["query"]))
+        rw = summarize_hits(rewritten, query_row["gold_doc_ids"], quality)
+        og = summarize_hits(original, query_row["gold_doc_ids"], quality)
+        return {"id": query_row["id"], "query": query_row["query"], "rewrite": t["rewrite"],
+                "gold_doc_ids": query_row["gold_doc_ids"],
                 "rewrite_rag": rw, "original_rag": og, "gain": round(rw["quality"] - og["quality"], 6),
                 "rag_provider": cfg["rag"]["provider"]}
 
@@ -71,9 +73,9 @@ async def _signal_checks(rag, cfg: dict, tenant: dict, queries: list[dict], teac
         for score in ("relevance", "coverage"):
             if score == active_score:
                 continue
-            for q in ("top1", "seed"):
+            for formula in ("top1", "seed"):  # rag.quality
                 r = LocalRag(rag.retriever.with_score(score), top_k=cfg["rag"]["top_k"], score_threshold=0.0)
-                res = await score_agreement(r, queries, teacher, lexicon, q)
-                others[f"{score}/{q}"] = {k: res[k] for k in ("agreement", "pairs", "agreed")}
+                res = await score_agreement(r, queries, teacher, lexicon, formula)
+                others[f"{score}/{formula}"] = {k: res[k] for k in ("agreement", "pairs", "agreed")}
         out["score_agreement"]["alternatives"] = others
     return out

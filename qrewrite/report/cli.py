@@ -20,6 +20,5 @@ def cmd_report(args) -> None:
 def register(sub) -> None:
     p = sub.add_parser("report", help="reports/index.html: self-contained offline report over every tenant "
                        "(eval tables, metric bars with intervals, reward curves, data funnel)")
-    common(p, tenant=False)
-    p.add_argument("--out", required=True, help="reports/index.html")
+    common(p, ("--out", "reports/index.html"), tenant=False)
     p.set_defaults(func=cmd_report)

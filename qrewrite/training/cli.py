@@ -177,8 +177,7 @@ def cmd_rl(args) -> None:
 def register(sub) -> None:
     p = sub.add_parser("base-model", help="make models/base: convert the packaged SmolLM2 GGUF or the wheel-assembled Qwen2.5 "
                        "GGUF, or link a local HF folder (base_model.source)")
-    common(p, tenant=False)
-    p.add_argument("--out", required=True, help="model folder to create (models/base)")
+    common(p, ("--out", "model folder to create (models/base)"), tenant=False)
     p.set_defaults(func=cmd_base_model)
 
     p = sub.add_parser("sft", help="LoRA SFT with ms-swift; keeps the best checkpoint by validation loss")

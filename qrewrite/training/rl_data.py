@@ -23,16 +23,16 @@ def rl_records(sft_rows: list[dict], queries: dict[str, dict], source: str) -> l
     for i, row in enumerate(sft_rows, start=1):
         meta = row.get("meta") or {}
         qid = meta.get("query_id")
-        q = queries.get(qid)
-        if q is None:
+        query_row = queries.get(qid)
+        if query_row is None:
             raise QrewriteError(f"query id {qid!r} is not in queries.jsonl", file=source, row=i,
                                 hint="the SFT split and queries.jsonl come from different runs; rerun the data stages")
         prompt = [m for m in row["messages"] if m["role"] != "assistant"]
         teacher = next((m["content"] for m in row["messages"] if m["role"] == "assistant"), None)
         hits = meta.get("teacher_hits") or []
         out.append({
-            "query_id": qid, "tenant": meta["tenant"], "query": q["query"], "profile": q.get("profile") or "",
-            "history": q.get("history") or "", "prompt": prompt, "teacher_rewrite": teacher,
+            "query_id": qid, "tenant": meta["tenant"], "query": query_row["query"], "profile": query_row.get("profile") or "",
+            "history": query_row.get("history") or "", "prompt": prompt, "teacher_rewrite": teacher,
             "teacher_retrieval": {"top1": meta.get("teacher_top1"), "mean_top3": meta.get("teacher_mean_top3"),
                                   "doc_ids": [h["doc_id"] for h in hits],
                                   "hits": [{"doc_id": h["doc_id"], "reranker_score": h["reranker_score"]}
@@ -75,7 +75,7 @@ def write_rl_data(*, train: str, val: str, queries: str, out: dict[str, str], va
                   red_team: list[dict] | None = None, red_team_share: float = 0.0, tenant: dict | None = None) -> dict:
     """Write the four RL files (`out` keys: train, val, train_swift, val_swift); return row counts. `red_team`:
     the tenant's red-team rows for RL, mixed into the train prompts at `red_team_share` (val stays the SFT val)."""
-    by_id = {q["id"]: q for q in read_jsonl(queries)}
+    by_id = {row["id"]: row for row in read_jsonl(queries)}
     counts = {}
     for split, src in (("train", train), ("val", val)):
         recs = rl_records(read_jsonl(src), by_id, src)

@@ -247,7 +247,7 @@ def named_files(s: Stage, role: str, tenant: str, given: dict, cfg: dict,
     out: dict[str, str | list[str]] = {}
     for name, keys in named:
         paths = [resolve(k, tenant, given, cfg, candidate) for k in keys]
-        flat = [q for p in paths if p is not None for q in (p if isinstance(p, list) else [p])]
+        flat = [f for p in paths if p is not None for f in (p if isinstance(p, list) else [p])]
         if len(keys) > 1 or isinstance(paths[0], list):
             out[name] = flat
         elif flat:

@@ -14,7 +14,7 @@ there  gather      one call per chunk: check the carried chunk's pieces and copy
        install     all chunks present? every piece and every re-joined file matches its sha256? then
                    pip install --no-index --no-deps --target DIR for the wheels; other files go to --files-to
 
-Standard library only: the device's python3 runs it straight from the repo (`python3 -m qrewrite.wheel_stage`).
+Standard library only: the device's python3 runs it straight from the repo (`python3 -m qrewrite.training.wheel_stage`).
 docs/gpu-check.md ("verl staging") has the exact sequence of device calls.
 """
 
@@ -32,8 +32,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from .errors import QrewriteError
-from .io_utils import atomic_dir, atomic_path
+from ..errors import QrewriteError
+from ..io_utils import atomic_dir, atomic_path
 
 MIB = 1024 * 1024
 MANIFEST = "manifest.json"
@@ -424,7 +424,7 @@ def _human(n: int) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m qrewrite.wheel_stage",
+        prog="python -m qrewrite.training.wheel_stage",
         description="Stage a pinned wheel set for the GPU machine in <= 60 MiB chunks (docs/gpu-check.md, "
                     "'verl staging'). Here: plan, download, split. There: gather (one call per chunk), install.")
     sub = ap.add_subparsers(dest="cmd", required=True)
