@@ -174,6 +174,18 @@ def copy_code(root: Path) -> None:
     shutil.copytree(REPO / "qrewrite", root / "qrewrite", ignore=shutil.ignore_patterns("__pycache__"))
 
 
+def run_in(root: Path, *cmd: str) -> str:
+    """Run `cmd` in scratch project `root` with this venv's tools; its output, or a failure showing it."""
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    proc = subprocess.run(list(cmd), cwd=root, capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, f"{' '.join(cmd)}:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+    return proc.stdout + proc.stderr
+
+
+def dvc_in(root: Path, *args: str) -> str:
+    return run_in(root, sys.executable, "-m", "dvc", *args)
+
+
 def test_dvc_params_name_existing_keys_of_the_right_tenant():
     """Every param key resolves in its file (DVC fails on a missing one); tenant keys point at the stage's own
     tenant and candidate keys at the stage's own eval candidate (a stale list index would silently track
@@ -239,15 +251,9 @@ def test_dvc_repro_runs_every_stage_and_reruns_only_the_changed_tenant(project):
     root = project.root
     shutil.copy(REPO / "dvc.yaml", root / "dvc.yaml")
     copy_code(root)
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-
-    def run(*cmd: str) -> str:
-        proc = subprocess.run(list(cmd), cwd=root, capture_output=True, text=True, env=env, timeout=600)
-        assert proc.returncode == 0, f"{' '.join(cmd)}:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
-        return proc.stdout + proc.stderr
 
     def dvc(*args: str) -> str:
-        return run(sys.executable, "-m", "dvc", *args)
+        return dvc_in(root, *args)
 
     def ran(out: str) -> set[str]:
         return set(re.findall(r"Running stage '([\w@-]+)'", out))
@@ -255,7 +261,7 @@ def test_dvc_repro_runs_every_stage_and_reruns_only_the_changed_tenant(project):
     # The data half (`dvc repro summarize`: every stage upstream of summary.json). Training, eval and report
     # through DVC: tests/test_pipeline_e2e.py::test_dvc_adopts_the_run_and_reruns_only_the_changed_tenant.
     every = {f"{s}@{t}" for s, t in dvc_stages() if s in DATA_STAGES}
-    run("git", "init", "-q")
+    run_in(root, "git", "init", "-q")
     dvc("init", "-q")
     assert ran(dvc("repro", "summarize")) == every
     assert (root / "results/chengla/summary.json").exists() and (root / "results/fivedoctors/sft/train.jsonl").exists()
@@ -280,13 +286,9 @@ def test_dvc_reruns_a_stage_whose_code_changed_and_what_is_downstream(project):
         project.keep_queries(tenant, 30)
     shutil.copy(REPO / "dvc.yaml", root / "dvc.yaml")
     copy_code(root)
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
 
     def dvc(*args: str) -> str:
-        proc = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=root, capture_output=True, text=True,
-                              env=env, timeout=600)
-        assert proc.returncode == 0, f"dvc {' '.join(args)}:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
-        return proc.stdout + proc.stderr
+        return dvc_in(root, *args)
 
     def planned(*args: str) -> set[str]:
         return set(re.findall(r"Running stage '([\w@-]+)'", dvc("repro", "--dry", *args, "summarize")))
@@ -331,13 +333,9 @@ def test_real_tenant_raw_excel_is_dvc_tracked_and_round_trips_through_a_local_re
     acme.pop("demo_source")
     cfg["tenants"] = [acme]
     project.set_config(cfg)
-    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
 
     def dvc(*args: str) -> str:
-        proc = subprocess.run([sys.executable, "-m", "dvc", *args], cwd=root, capture_output=True, text=True,
-                              env=env, timeout=600)
-        assert proc.returncode == 0, f"dvc {' '.join(args)}:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
-        return proc.stdout + proc.stderr
+        return dvc_in(root, *args)
 
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     dvc("init", "-q")
