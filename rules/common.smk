@@ -10,7 +10,8 @@ from qrewrite.config import SCHEMA_PATH, selected_tenants, validate_config
 from qrewrite.errors import QrewriteError
 from qrewrite.io_utils import write_text_atomic
 from qrewrite.paths import demo_excel
-from qrewrite.workflow.stages import DIRECTORIES, STAGES, candidates, command, job_files, jobs, named_files, resolve
+from qrewrite.workflow.stages import (DIRECTORIES, STAGES, candidates, command, flat, job_files, jobs, named_files,
+                                      resolve)
 
 validate(config, str(SCHEMA_PATH))  # fills defaults in place; fails early on a bad config
 validate_config(config, source="snakemake config")  # cross-field checks (unique tenants, split sums, eval names)
@@ -99,8 +100,7 @@ def outputs(s):
     out = {}
     given = {"raw_excel": demo_excel("{tenant}")}  # build_excel's output, a demo tenant's config-given Excel
     for name, path in named_files(s, "out", "{tenant}", given, config, "{candidate}").items():
-        key = next((k for a in s.args if a.name == name for k in a.keys), name)
-        if key in DIRECTORIES:
+        if s.key_of(name) in DIRECTORIES:
             path = directory(path)
         elif s.report:
             labels = {"file": Path(path).name} | ({"tenant": "{tenant}"} if s.per != "all_tenants" else {})
@@ -127,14 +127,8 @@ def config_param(s, key):
 
 
 def params(s):
-    """`config` (the resolved config file), `cmd` (the command line), every config value the stage reads (a
-    change reruns the job) and its working folders (--out-dir, --run-dir, ...)."""
-    out = {"config": RESOLVED_CONFIG, "cmd": command_param(s)}
-    out |= {k.replace(".", "_"): config_param(s, k) for k in s.params}
-    for a in s.args:
-        if a.role == "dir":  # a layout folder of the job's tenant
-            out[a.name] = lambda wc, key=a.keys[0]: resolve(key, wc.tenant, {}, config)
-    return out
+    """`cmd` (the command line) and every config value the stage reads (a change reruns the job)."""
+    return {"cmd": command_param(s)} | {k.replace(".", "_"): config_param(s, k) for k in s.params}
 
 
 def logs(s):
@@ -149,13 +143,8 @@ def command_param(s):
     when a job runs, and by then the loop variable holds the last stage."""
 
     def cmd(wildcards, input, output, threads):
-        def text(a):
-            if a.role == "dir":  # a layout folder of the job's tenant
-                return resolve(a.keys[0], wildcards.tenant, {}, config)
-            v = getattr(input if a.role == "in" else output, a.name)
-            return v if isinstance(v, str) else " ".join(v)
-
-        line = command(s, text, config=RESOLVED_CONFIG, tenant=wildcards.get("tenant", ""),
+        line = command(s, input, output, lambda key: resolve(key, wildcards.tenant, {}, config),
+                       config=RESOLVED_CONFIG, tenant=wildcards.get("tenant", ""),
                        candidate=wildcards.get("candidate", ""), threads=threads,
                        server_log=logs(s).get("server", "").format(**wildcards))
         return f"{LAUNCHERS.get(s.launcher, '')}{line}"
@@ -184,6 +173,5 @@ def targets(*halves):
     for s in STAGES.values():
         if s.half in halves:
             for tenant, candidate in jobs(s, config, SELECTED):
-                for p in job_files(s, "out", tenant, config, candidate).values():
-                    out += p if isinstance(p, list) else [p]
+                out += flat(job_files(s, "out", tenant, config, candidate).values())
     return out

@@ -1,11 +1,11 @@
 """The qrewrite source files one subcommand runs, found statically, for dvc.yaml's code deps.
 
-A stage's code is the import closure of its handler (`cmd_split` in qrewrite/cli.py, ...) inside the
+A stage's code is the import closure of its handler (`cmd_split` in qrewrite/data/cli.py, ...) inside the
 qrewrite package, computed with `ast` (no import, no list kept by hand, so it cannot go stale):
 
 * the handler's own module: its module-level imports, plus the imports inside the handler and inside the
-  module's functions the handler calls by name (cli.py imports each stage's code lazily inside its
-  handler, so the whole module's imports would make every stage depend on every other stage's code);
+  module's functions the handler calls by name (a package's cli.py imports each of its stages' code lazily
+  inside the handler, so the whole module's imports would give a stage its neighbours' code);
 * every module reached from there: all its imports, at module level or inside functions (conservative:
   a lazy import runs when its function does);
 * the `__init__.py` of each package on the way, which Python runs on import.

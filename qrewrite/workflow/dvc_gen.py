@@ -182,10 +182,6 @@ class _Params:
 PLOT_PROPS = {"plots": {"cache": False, "x": "hit_at_1", "y": "candidate", "template": "bar_horizontal"}}
 
 
-def _flat(values) -> list[str]:
-    return [p for v in values for p in (v if isinstance(v, list) else [v])]
-
-
 def _dvc_stage(s: Stage, cfg: dict, params: _Params, config_path: str) -> dict | None:
     """Stage `s` of the table as a dvc.yaml stage: one `foreach` item per tenant (or tenant-candidate);
     a stage that runs once as a plain stage."""
@@ -196,8 +192,9 @@ def _dvc_stage(s: Stage, cfg: dict, params: _Params, config_path: str) -> dict |
     if s.per in ("once", "all_tenants"):
         ins, outs = stages_mod.job_files(s, "in", None, cfg), stages_mod.job_files(s, "out", None, cfg)
         entries, _ = params.entries(s, [])
-        text = _text(ins, outs, lambda k: stages_mod.resolve(k, "", {}, cfg))
-        return _body(s, stages_mod.command(s, text, config=config_path, threads=threads), ins, outs, entries)
+        cmd = stages_mod.command(s, ins, outs, lambda k: stages_mod.resolve(k, "", {}, cfg), config=config_path,
+                                 threads=threads)
+        return _body(s, cmd, ins, outs, entries)
     tenants = [t for t, _ in jobs]
     per_candidate = s.per == "candidate"
     tenant = "${item.tenant}" if per_candidate else KEY
@@ -221,32 +218,20 @@ def _dvc_stage(s: Stage, cfg: dict, params: _Params, config_path: str) -> dict |
         if per_candidate and params.candidates_listed:
             item["candidate_key"] = f"eval.candidates.{cfg['eval']['candidates'].index(c)}"
         items[key] = item
-    text = _text(ins, outs, lambda k: stages_mod.resolve(k, tenant, given, cfg))
-    cmd = stages_mod.command(s, text, config=config_path, tenant=tenant, candidate=candidate or "", threads=threads)
+    cmd = stages_mod.command(s, ins, outs, lambda k: stages_mod.resolve(k, tenant, given, cfg), config=config_path,
+                             tenant=tenant, candidate=candidate or "", threads=threads)
     return {"foreach": items, "do": _body(s, cmd, ins, outs, entries)}
 
 
-def _text(ins: dict, outs: dict, folder):
-    """An argument's text on the command line: its path(s), or for a --dir argument the folder's path."""
-    def text(a) -> str:
-        if a.role == "dir":
-            return folder(a.keys[0])
-        v = (ins if a.role == "in" else outs)[a.name]
-        return " ".join(v) if isinstance(v, list) else v
-    return text
-
-
 def _body(s: Stage, cmd: str, ins: dict, outs: dict, params: list) -> dict:
-    out_names = {a.name: a.keys for a in s.args if a.role == "out"}
-    key_of = {name: (out_names.get(name) or (name,))[0] for name in outs}
-    metrics = [p for n, p in outs.items() if key_of[n] in s.metrics]
-    plots = [{p: {k: v for k, v in PLOT_PROPS[key_of[n]].items()}} for n, p in outs.items() if key_of[n] in s.plots]
-    plain = [p for n, p in outs.items() if key_of[n] not in s.metrics + s.plots]
-    do: dict = {"cmd": cmd, "deps": list(dict.fromkeys(_flat(ins.values())))}
+    metrics = [p for n, p in outs.items() if s.key_of(n) in s.metrics]
+    plots = [{p: PLOT_PROPS[s.key_of(n)]} for n, p in outs.items() if s.key_of(n) in s.plots]
+    plain = [p for n, p in outs.items() if s.key_of(n) not in s.metrics + s.plots]
+    do: dict = {"cmd": cmd, "deps": list(dict.fromkeys(stages_mod.flat(ins.values())))}
     if params:
         do["params"] = params
     if plain:
-        do["outs"] = _flat(plain)
+        do["outs"] = stages_mod.flat(plain)
     if metrics:
         do["metrics"] = [{m: {"cache": False}} for m in metrics]
     if plots:

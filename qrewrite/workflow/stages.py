@@ -14,7 +14,7 @@ config (`eval_split`, `candidate_model`, `rewrites`, `all_rewrites`, `deploy_mod
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from functools import cache
 
@@ -83,6 +83,10 @@ class Stage:
     def handler(self) -> tuple[str, str]:
         """(module, function) of the stage's subcommand handler."""
         return f"qrewrite.{self.package}.cli", f"cmd_{self.name}"
+
+    def key_of(self, name: str) -> str:
+        """The artifact key behind input/output name `name`: its argument's (first) key, or the key itself."""
+        return next((a.keys[0] for a in self.args if a.name == name), name)
 
     def keys(self, role: str) -> list[str]:
         """Artifact keys the stage reads ("in") or writes ("out"), command line first."""
@@ -247,12 +251,17 @@ def named_files(s: Stage, role: str, tenant: str, given: dict, cfg: dict,
     out: dict[str, str | list[str]] = {}
     for name, keys in named:
         paths = [resolve(k, tenant, given, cfg, candidate) for k in keys]
-        flat = [f for p in paths if p is not None for f in (p if isinstance(p, list) else [p])]
+        files = flat(p for p in paths if p is not None)
         if len(keys) > 1 or isinstance(paths[0], list):
-            out[name] = flat
-        elif flat:
-            out[name] = flat[0]
+            out[name] = files
+        elif files:
+            out[name] = files[0]
     return out
+
+
+def flat(values) -> list[str]:
+    """Paths, with each list of paths among `values` spliced in."""
+    return [p for v in values for p in (v if isinstance(v, list) else [v])]
 
 
 def job_files(s: Stage, role: str, tenant: dict | None, cfg: dict, candidate: dict | None = None) -> dict:
@@ -261,16 +270,24 @@ def job_files(s: Stage, role: str, tenant: dict | None, cfg: dict, candidate: di
         out: dict[str, list] = {}
         for t in cfg["tenants"]:
             for name, p in named_files(s, role, t["name"], given_files(t, cfg), cfg).items():
-                out.setdefault(name, []).extend(p if isinstance(p, list) else [p])
+                out.setdefault(name, []).extend(flat([p]))
         return out
     name = tenant["name"] if tenant else ""
     given = given_files(tenant, cfg, candidate) if tenant else {}
     return named_files(s, role, name, given, cfg, candidate and candidate["name"])
 
 
-def command(s: Stage, text, *, config: str, tenant: str = "", candidate: str = "", threads="",
+def command(s: Stage, ins, outs, folder, *, config: str, tenant: str = "", candidate: str = "", threads="",
             server_log: str = "") -> str:
-    """The stage's command line; `text(arg)` writes one argument's path(s) for the caller (Snakemake or DVC)."""
+    """The stage's command line. `ins` / `outs`: the job's files by name (`named_files`, or Snakemake's
+    input / output); `folder(key)`: the path of a working folder (a `dir` argument)."""
+
+    def text(a: Arg) -> str:
+        if a.role == "dir":
+            return folder(a.keys[0])
+        v = (ins if a.role == "in" else outs).get(a.name)
+        return v if isinstance(v, str) else " ".join(v)
+
     parts = ["qrewrite", s.command]
     if s.uses_config:
         parts += ["--config", config]
