@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import math
 
-from ..metrics import quality_from_parts, retrieval_quality
-
 JUDGE_MIN, JUDGE_MAX = 1.0, 5.0
 WIN_BONUS, LOSS_PENALTY = 0.5, -0.3
 TANH_SCALE = 3.0
@@ -21,16 +19,6 @@ REWARD_KEYS = ("score", "judge_term", "retrieval_term", "win_term", "rank_term",
                "student_top1", "teacher_top1", "win", "red_team", "red_team_passed")
 # rank_label: which documents the rank term ranks (0 none, 1 gold, 2 the teacher's top document).
 RANK_LABELS = {None: 0, "gold": 1, "teacher": 2}
-
-
-def quality(hits: list[dict], formula: str = "top1") -> float:
-    """q of a result list (``qrewrite.metrics.retrieval_quality``: ``rag.quality`` top1 | seed)."""
-    return float(retrieval_quality(hits, formula))
-
-
-def quality_from_summary(top1: float, mean_top3: float, formula: str = "top1") -> float:
-    """The same q from precomputed top1 / mean_top3 (the teacher side of the RL ground truth)."""
-    return quality_from_parts(top1, mean_top3, formula)
 
 
 def judge_term(judge_student: float, judge_teacher: float) -> float:

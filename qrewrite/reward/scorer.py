@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..io_utils import sha256_json
-from ..metrics import gold_ranking, tie_groups
+from ..metrics import gold_ranking, quality_from_parts, retrieval_quality, tie_groups
 from ..rag.local import SCORE_VERSION
 from ..rag.providers import make_rag
 from ..cache import DiskCache
@@ -203,13 +203,13 @@ class RewardScorer:
         """(q_teacher, teacher_top1) from the ground truth, else by retrieving the teacher rewrite."""
         if s.teacher_hits and all("reranker_score" in h for h in s.teacher_hits):
             hits = sorted(s.teacher_hits, key=lambda h: -float(h["reranker_score"]))
-            return formula.quality(hits, self.quality), float(hits[0]["reranker_score"])
+            return retrieval_quality(hits, self.quality), float(hits[0]["reranker_score"])
         if s.teacher_top1 is not None and s.teacher_mean_top3 is not None:
-            return (formula.quality_from_summary(s.teacher_top1, s.teacher_mean_top3, self.quality),
+            return (quality_from_parts(s.teacher_top1, s.teacher_mean_top3, self.quality),
                     float(s.teacher_top1))
         self.counters["teacher_retrieval_fallback"] += 1
         hits = await self.retrieve(s.query, s.teacher_rewrite or s.query)
-        return formula.quality(hits, self.quality), (float(hits[0]["reranker_score"]) if hits else 0.0)
+        return retrieval_quality(hits, self.quality), (float(hits[0]["reranker_score"]) if hits else 0.0)
 
     # ------------------------------------------------------------------------------------ judge
     async def _verdict(self, kind: str, s: RewardSample, text: str) -> Verdict:
@@ -267,7 +267,7 @@ class RewardScorer:
         target, label = self.rank_target(s)
         rr = gold_ranking(hits, target)["rr"] if target else None
         return formula.reward_dict(
-            q_student=formula.quality(hits, self.quality), q_teacher=q_teacher,
+            q_student=retrieval_quality(hits, self.quality), q_teacher=q_teacher,
             student_top1=float(hits[0]["reranker_score"]) if hits else 0.0, teacher_top1=teacher_top1,
             judge_student=j_s, judge_teacher=j_t, weights=self.weights, epsilon=self.epsilon,
             judge_failed=failed, rank_rr=rr, rank_label=label)
