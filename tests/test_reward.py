@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse
 from qrewrite.config import load_schema, validate_config
 from qrewrite.errors import QrewriteError
 from qrewrite.kb import load_kb
-from qrewrite.metrics import mean_top3, retrieval_quality, top1
+from qrewrite.metrics import mean_top3, quality_from_parts, retrieval_quality, top1
 from qrewrite.rag.local import LocalRetriever
 from qrewrite.reward import formula, reward_defaults, reward_settings
 from qrewrite.reward.judge_rules import RuleJudge
@@ -49,11 +49,11 @@ def test_judge_and_retrieval_terms():
     assert formula.retrieval_term(0.9, 0.6) == pytest.approx(math.tanh(0.9))
     assert formula.retrieval_term(0.0, 1.0) == pytest.approx(math.tanh(-3))
     hits = [{"doc_id": "a", "reranker_score": 0.9}, {"doc_id": "b", "reranker_score": 0.5}]
-    assert formula.quality(hits) == pytest.approx(retrieval_quality(hits)) == 0.9   # rag.quality top1
-    assert formula.quality(hits, "seed") == pytest.approx(0.6 * 0.9 + 0.4 * (0.9 + 0.5 + 0) / 3)
+    assert retrieval_quality(hits) == pytest.approx(0.9)   # rag.quality top1
+    assert retrieval_quality(hits, "seed") == pytest.approx(0.6 * 0.9 + 0.4 * (0.9 + 0.5 + 0) / 3)
     for q in ("top1", "seed"):
-        assert formula.quality_from_summary(top1(hits), mean_top3(hits), q) == pytest.approx(formula.quality(hits, q))
-    assert formula.quality([]) == 0.0
+        assert quality_from_parts(top1(hits), mean_top3(hits), q) == pytest.approx(retrieval_quality(hits, q))
+    assert retrieval_quality([]) == 0.0
 
 
 def test_win_ties_and_epsilon():
@@ -377,7 +377,7 @@ def test_openai_judge_service_errors(fake, judge_key, tmp_path):
     async def go():
         j = OpenAIJudge(_openai_cfg(fake.base_url), DiskCache(tmp_path / "judge"))
         v = await j.judge(QUERY, "", "", "a")
-        with pytest.raises(QrewriteError, match="401"):
+        with pytest.raises(QrewriteError, match=r"judge API \S+ answered HTTP 401: the API key was rejected"):
             await j.judge(QUERY, "", "", "b")
         await j.aclose()
         return j, v

@@ -124,7 +124,8 @@ def teacher_rewrites(spec: dict, rows: list[dict], teacher_path: str, cfg: dict 
 async def _api_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict]) -> list[dict]:
     from ..prompts import rewrite_messages
     from ..cache import DiskCache, call_key
-    from ..teacher.openai_teacher import CallFailed, OpenAITeacher
+    from ..openai_chat import CallFailed
+    from ..teacher.openai_teacher import OpenAITeacher
 
     teacher = OpenAITeacher(spec["openai"], cfg["teacher"]["prices"])
     cache = DiskCache(cfg["eval"]["cache_dir"])

@@ -15,10 +15,7 @@ import math
 import re
 from collections import Counter
 
-from ..errors import QrewriteError
-from ..retry import backoff_delay, retry_after_seconds
-from ..openai_chat import OpenAIChat
-from ..secret import redact
+from ..openai_chat import CallFailed, OpenAIChat, choices
 from ..cache import DiskCache, call_key
 from .verdict import Verdict
 
@@ -124,6 +121,12 @@ def judge_messages(query: str, profile: str, history: str, rewrite: str, rubric:
             {"role": "user", "content": f"<data>\n{data}\n</data>"}]
 
 
+def _content(resp) -> str:
+    """A reply's text ("" when the reply has none: parsed, and counted, as a malformed reply)."""
+    message = choices(resp)[0].message
+    return (message.content if message else None) or ""
+
+
 class OpenAIJudge(OpenAIChat):
     """LLM judge behind any OpenAI-compatible chat API; results cached on disk by call key.
 
@@ -132,13 +135,14 @@ class OpenAIJudge(OpenAIChat):
     stop the run (wrong key, model or URL would fail every call the same way).
     """
 
+    role = "judge"
+
     def __init__(self, ocfg: dict, cache: DiskCache | None = None, rubric: str | None = None):
-        super().__init__(ocfg, "reward.judge.openai.api_key_env", "reward.judge.provider is openai",
+        super().__init__(ocfg, "reward.judge.openai", "reward.judge.provider is openai",
                          hint=f"export {ocfg['api_key_env']}=... or use reward.judge.provider: rule")
         self.cache = cache
         self.rubric = rubric
         self.sem = asyncio.Semaphore(int(ocfg.get("concurrency", 8)))
-        self.calls = 0
         self.cache_hits = 0
         self.failures: Counter = Counter()
 
@@ -149,42 +153,11 @@ class OpenAIJudge(OpenAIChat):
 
     async def _request(self, messages: list[dict]) -> tuple[str | None, str | None]:
         """(reply content, None) once a reply arrived, or (None, service failure reason)."""
-        import openai
-
-        transient = (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError,
-                     openai.InternalServerError)
-        fatal = {401: "the API key was rejected", 403: "access denied", 404: "model or endpoint not found"}
-        attempts = int(self.cfg["max_retries"]) + 1
-        last = "no attempt"
-        for attempt in range(attempts):
-            retry_after = None
-            try:
-                self.calls += 1
-                resp = await self.client.chat.completions.create(model=self.model, messages=messages,
-                                                                 **self.params)
-                if isinstance(resp, str) or not getattr(resp, "choices", None):
-                    # A body that is not a completion (empty choices, a proxy's text page) is a service
-                    # glitch, not the judge's reply: retried and never cached as a verdict.
-                    last = "malformed response: no choices"
-                else:
-                    msg = resp.choices[0].message
-                    return (msg.content if msg else None) or "", None
-            except transient as exc:
-                last = redact(f"{type(exc).__name__}: {exc}", self._api_key)[:200]
-                retry_after = retry_after_seconds(getattr(getattr(exc, "response", None), "headers", None))
-            except openai.APIStatusError as exc:
-                if exc.status_code in fatal:
-                    raise QrewriteError(f"judge API {self.base_url} answered HTTP {exc.status_code}: "
-                                        f"{fatal[exc.status_code]}",
-                                        hint="check reward.judge.openai.base_url, .model and the key's env var"
-                                        ) from None
-                return None, f"HTTP {exc.status_code}"
-            except (openai.APIResponseValidationError, ValueError) as exc:
-                last = f"malformed response: {type(exc).__name__}"
-            if attempt + 1 < attempts:
-                await asyncio.sleep(backoff_delay(attempt, self.cfg["backoff_base_s"], self.cfg["backoff_max_s"],
-                                                  retry_after))
-        return None, last
+        try:
+            content, _, _ = await self.call(messages, _content)
+        except CallFailed as exc:
+            return None, exc.reason
+        return content, None
 
     async def judge(self, query: str, profile: str, history: str, rewrite: str) -> Verdict:
         if not (rewrite or "").strip():
@@ -216,6 +189,3 @@ class OpenAIJudge(OpenAIChat):
         return {"judge_calls": self.calls, "judge_cache_hits": self.cache_hits,
                 "judge_failures": sum(self.failures.values()),
                 **{f"judge_failures_{k}": v for k, v in sorted(self.failures.items())}}
-
-    async def aclose(self):
-        await self.client.close()

@@ -10,7 +10,8 @@ from ..errors import ServiceUnavailable
 from ..prompts import prompt_hash, rewrite_messages
 from ..tasks import gather_with_progress
 from ..cache import DiskCache, call_key
-from .openai_teacher import CallFailed, OpenAITeacher
+from ..openai_chat import CallFailed
+from .openai_teacher import OpenAITeacher
 from .prf import PrfTeacher
 from .resolve import ResolveTeacher
 

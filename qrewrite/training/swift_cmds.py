@@ -435,18 +435,12 @@ def best_checkpoint(output_dir: str | os.PathLike) -> Path:
     ``trainer_state.json`` ``best_model_checkpoint``, else the last checkpoint.
     """
     out = Path(output_dir)
-    log = out / "logging.jsonl"
-    if log.is_file():
-        best = None
-        for line in log.read_text(encoding="utf-8").splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(rec, dict) and rec.get("best_model_checkpoint"):
-                best = rec["best_model_checkpoint"]
-        if best and Path(best).is_dir():
-            return Path(best).resolve()  # swift logs the `best` symlink path
+    best = None
+    for rec in read_log_history(out):
+        if isinstance(rec, dict) and rec.get("best_model_checkpoint"):
+            best = rec["best_model_checkpoint"]
+    if best and Path(best).is_dir():
+        return Path(best).resolve()  # swift logs the `best` symlink path
     if (out / "best").is_dir():
         return (out / "best").resolve()
     cks = _checkpoints(out)
@@ -483,7 +477,7 @@ def read_log_history(output_dir: str | os.PathLike) -> list[dict]:
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:
-            pass
+            pass  # the line swift is still writing
     return rows
 
 
