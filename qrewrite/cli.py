@@ -29,8 +29,22 @@ STAGE_CLIS = (data_cli.register, teacher_cli.register, rag_cli.register, trainin
               report_cli.register, deploy_cli.register, register_lineage, workflow_cli.register)
 
 
+class _Parser(argparse.ArgumentParser):
+    """`qrewrite --help` lists the stages in pipeline order (the stage table's), then the tools (serve-rag,
+    lineage, config, ...) in registration order. Sorted when help is printed, so a plain command does not
+    load the table."""
+
+    def format_help(self) -> str:
+        from .workflow.stages import STAGES
+
+        order = {name.replace("_", "-"): i for i, name in enumerate(STAGES)}
+        for action in self._subparsers._group_actions if self._subparsers else ():
+            action._choices_actions.sort(key=lambda choice: order.get(choice.dest, len(order)))
+        return super().format_help()
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="qrewrite", description="Train query-rewrite models for RAG: raw Excel → teacher → RAG-validated "
         "SFT data → LoRA SFT → RL → eval. Each subcommand is one pipeline stage.")
     parser.add_argument("--version", action="version", version=f"qrewrite {__version__}")

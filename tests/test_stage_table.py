@@ -53,6 +53,16 @@ def test_every_stage_command_is_dispatched_to_the_handler_of_its_name_in_its_pac
         assert s.command == name.replace("_", "-")
 
 
+def test_help_lists_the_stages_in_pipeline_order_then_the_tools():
+    proc = subprocess.run([sys.executable, "-m", "qrewrite", "--help"], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    listed = re.findall(r"^    ([a-z][a-z0-9-]*)", proc.stdout, flags=re.M)
+    stages = [s.command for s in STAGES.values()]
+    assert listed[:len(stages)] == stages, listed
+    assert set(listed) == set(subcommands()), sorted(set(listed) ^ set(subcommands()))
+
+
 def test_every_command_snakemake_and_dvc_run_parses():
     """A flag the table passes that the subcommand does not take fails here, not on a cluster (merge-sft got
     --threads from its rule's threads and took none)."""
