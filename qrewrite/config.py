@@ -58,6 +58,12 @@ def validate_config(cfg: dict, source: str = "config") -> dict:
         raise QrewriteError(f"split.train + split.val + split.test must sum to 1 (they sum to "
                             f"{split['train'] + split['val'] + split['test']:g})", file=source,
                             hint="e.g. split: {train: 0.8, val: 0.1, test: 0.1}")
+    if cfg["teacher"]["provider"] == "column":
+        missing = [t["name"] for t in cfg["tenants"] if not t["columns"].get("rewrite")]
+        if missing:
+            raise QrewriteError(f"teacher.provider is column but tenants {missing} have no columns.rewrite",
+                                file=source, hint="name the sheet's reference-rewrite column in tenants[].columns."
+                                                  "rewrite, or use another teacher.provider")
     _check_eval(cfg["eval"], source)
     return cfg
 

@@ -45,7 +45,8 @@ def rewrites(project: Project, config: str, candidate: str, *extra: str, check: 
 
 def run_eval(project: Project, config: str, files: list[str], check: bool = True, env=None):
     return project.qrewrite("eval", "--config", config, "--tenant", TENANT, "--test", PATHS["test"], "--queries",
-                            PATHS["queries"], "--rewrites", *files, "--out", EVAL_PATHS["eval_json"], "--examples",
+                            PATHS["queries"], "--teacher", PATHS["teacher"], "--reward-check", PATHS["reward_check"],
+                            "--rewrites", *files, "--out", EVAL_PATHS["eval_json"], "--examples",
                             EVAL_PATHS["examples"], "--plots", EVAL_PATHS["plots"], check=check, env=env)
 
 
@@ -54,7 +55,7 @@ def data(tmp_path_factory):
     """The data half for one tenant (60 queries) in a scratch project."""
     project = Project(tmp_path_factory.mktemp("eval") / "proj")
     project.keep_queries(TENANT, 60)
-    for stage in ("build-excel", "ingest", "teacher", "validate", "split"):
+    for stage in ("build-excel", "ingest", "teacher", "validate", "split", "reward-check"):
         project.stage(stage)
     return project
 
@@ -189,9 +190,17 @@ def test_metrics_match_an_independent_recomputation(data):
     queries = {q["id"]: q for q in data.read_jsonl(PATHS["queries"])}
     assert all(qh[q] == f"{queries[q]['query']} {queries[q]['history']}".strip() for q in test_ids)
     assert doc["candidates"]["query_history"]["cost_per_1k_usd"] == 0.0
-    # the judge's AUC on the tenant's labelled set (config tenants[].judge_labels)
-    auc = doc["signals"]["judge_auc"]
-    assert auc["path"].endswith("fivedoctors.judge_labels.jsonl") and auc["auc"] >= 0.9 and auc["n_bad"] >= 60
+    # the judge's checks from reward_check.json: derived labels per kind of bad, the tenant's labelled set
+    # (config tenants[].judge_labels) all and held out, the reward's preference
+    sig = doc["signals"]
+    lab = sig["judge"]["labelled"]
+    assert lab["path"].endswith("fivedoctors.judge_labels.jsonl") and lab["all"]["auc"] >= 0.9
+    # 60 of 240 demo queries kept: a labelled question the teacher never rewrote is left out and counted
+    assert lab["all"]["n_good"] + lab["all"]["n_bad"] + lab["no_reference"] == 122 and lab["all"]["n_bad"] >= 30
+    assert set(sig["judge"]["derived"]["by_failure"]) == {"raw", "other_row"} and sig["reward"]["preference"] >= 0.85
+    assert sig["reward_check"]["judge_auc_derived"] == sig["judge"]["derived"]["auc"]
+    # every candidate judged against the teacher's rewrite: the teacher's own rewrites score 5 on form-clean rows
+    assert doc["candidates"]["teacher"]["judge"]["mean"] > doc["candidates"]["raw"]["judge"]["mean"]
 
 
 def test_a_failed_teacher_row_is_scored_as_no_rewrite_never_as_the_query(data, tmp_path):

@@ -81,7 +81,7 @@ def data_half(root: Path, n_queries: int) -> Project:
     cfg["tenants"] = [t for t in cfg["tenants"] if t["name"] == TENANT]
     project.set_config(cfg)
     project.keep_queries(TENANT, n_queries)
-    for stage in ("build-excel", "ingest", "teacher", "validate", "split", "summarize", "data-card"):
+    for stage in ("build-excel", "ingest", "teacher", "validate", "split", "reward-check", "summarize", "data-card"):
         project.stage(stage)
     return project
 
@@ -128,7 +128,7 @@ def test_lineage_records_the_whole_chain_back_to_the_raw_excel(chain):
     container = REPO / "containers/swift.def"
     assert env["container_def_sha256"] == (sha256_file(container) if container.exists() else None)
     assert doc["providers"]["teacher"]["provider"] == "resolve" and doc["providers"]["teacher"]["model"] == "kb-entity-resolver"
-    assert doc["providers"]["judge"] == {"provider": "rule", "model": "rules-v2", "base_url": None}
+    assert doc["providers"]["judge"] == {"provider": "rule", "model": "rules-v3", "base_url": None}
     assert doc["usage"]["rule"] == {"rag_calls": 12, "judge_calls": 3, "judge_cost_usd": 0.0}
     assert doc["usage"]["upstream"]["teacher"]["calls"] == 50 and doc["usage"]["upstream"]["teacher"]["cost_usd"] == 0
     assert doc["run"]["slurm_job_id"] == "4242" and doc["run"]["host"] and doc["run"]["duration_s"] == 60
@@ -152,10 +152,10 @@ def test_verify_fails_naming_the_artifact_whenever_any_upstream_byte_changes(cha
     assert verify_lineage(model) == []
     doc = lineage(project, "rl_model")
     targets = [e["path"] for e in doc["upstream"]] + [f"{PATHS['rl_model']}/{f}" for f in doc["model"]["files"]]
-    # 23 upstream artifacts (the data half, its stats, summary and data card, gold and red-team sets, base and
-    # SFT models, RL files) + the model's 3 files
-    assert len(set(targets)) == len(targets) == 26
-    assert {PATHS["data_card_json"], PATHS["summary"], PATHS["stats_split"]} <= set(targets)
+    # 25 upstream artifacts (the data half, its stats, the reward check and the judge labels it read, summary and
+    # data card, gold and red-team sets, base and SFT models, RL files) + the model's 3 files
+    assert len(set(targets)) == len(targets) == 28
+    assert {PATHS["data_card_json"], PATHS["summary"], PATHS["stats_split"], PATHS["reward_check"]} <= set(targets)
     for rel in targets:
         changed, blob = _flip_one_byte(project.root / rel)
         try:

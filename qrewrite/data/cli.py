@@ -52,7 +52,7 @@ def cmd_summarize(args) -> None:
     from .summary import build_summary
 
     stats = {s: read_json(p) for s, p in zip(STAGES, args.stats)}
-    write_json(args.out, build_summary(args.tenant, stats))
+    write_json(args.out, build_summary(args.tenant, stats, read_json(args.reward_check)))
 
 
 def cmd_data_card(args) -> None:
@@ -84,6 +84,7 @@ def register(sub) -> None:
     p = sub.add_parser("summarize", help="per-stage stats → summary.json")
     p.add_argument("--tenant", required=True)
     p.add_argument("--stats", nargs=4, required=True, metavar="JSON", help="ingest, teacher, validate, split stats")
+    p.add_argument("--reward-check", required=True, help="results/T/reward_check.json (its figures go into the summary)")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_summarize)
 

@@ -57,6 +57,8 @@ def ingest(tenant: dict) -> tuple[list[dict], dict]:
                "history": history, "gold_doc_ids": known}
         if "difficulty" in rec:  # columns.difficulty configured
             row["difficulty"] = rec["difficulty"]
+        if "rewrite" in rec:  # columns.rewrite configured: the tenant's own reference rewrite
+            row["reference"] = re.sub(r"\s+", " ", rec["rewrite"]).strip()
         rows.append(row)
     stats = {"stage": "ingest", "in": len(raw), "out": len(rows), "dropped": dict(sorted(dropped.items())),
              "gold_ids_not_in_kb": unknown_gold, "with_gold": sum(1 for r in rows if r["gold_doc_ids"])}

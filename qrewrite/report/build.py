@@ -279,12 +279,21 @@ def signals_block(doc: dict, summary: dict) -> str:
         rows.append(f"<tr><td>retrieval score q agrees with gold</td><td>{_fmt(sa.get('agreement'))}</td>"
                     f"<td>{sa.get('pairs')} pairs of texts, {escape(str(sa.get('score', sa.get('provider'))))} / "
                     f"{escape(str(sa.get('quality')))}{'; other scores: ' + alts if alts else ''}</td></tr>")
-    ja = ((doc.get("signals") or {}).get("judge_auc")) or {}
-    if ja:
-        worst = min((ja.get("by_failure") or {}).items(), key=lambda kv: kv[1]["auc"] or 0, default=None)
-        weakest = f"; weakest: {escape(worst[0])} {_fmt(worst[1]['auc'])}" if worst else ""
-        rows.append(f"<tr><td>judge AUC on labelled rewrites</td><td>{_fmt(ja.get('auc'))}</td>"
-                    f"<td>{ja.get('n_good')} good / {ja.get('n_bad')} bad{weakest}</td></tr>")
+    sig = doc.get("signals") or {}
+    judge = sig.get("judge") or {}
+    for name, res in (("judge AUC on labels derived from the data", judge.get("derived")),
+                      ("judge AUC on hand-labelled rewrites", (judge.get("labelled") or {}).get("all")),
+                      ("… on their held-out half (no rule tuned on it)", (judge.get("labelled") or {}).get("heldout"))):
+        if res:
+            kinds = "; ".join(f"{escape(k)} {_fmt(v['auc'])}" for k, v in sorted((res.get("by_failure") or {}).items()))
+            rows.append(f"<tr><td>{name}</td><td>{_fmt(res.get('auc'))}</td>"
+                        f"<td>{res.get('n_good')} good / {res.get('n_bad')} bad; per kind of bad: {kinds}</td></tr>")
+    reward = sig.get("reward") or {}
+    if reward:
+        refusal = (sig.get("reward_check") or {}).get("refusal")
+        rows.append(f"<tr><td>reward prefers the good rewrite</td><td>{_fmt(reward.get('preference'))}</td>"
+                    f"<td>{reward.get('pairs')} derived pairs"
+                    f"{'; RL refuses this reward: ' + escape(refusal) if refusal else ''}</td></tr>")
     hit = ((summary.get("retrieval") or {}).get("hit_at_1")) or {}
     if hit:
         rows.append(f"<tr><td>teacher Hit@1 (all queries)</td><td>{_fmt(hit.get('rewrite'))}</td>"

@@ -11,6 +11,7 @@ from ..prompts import prompt_hash, rewrite_messages
 from ..tasks import gather_with_progress
 from ..cache import DiskCache, call_key
 from ..openai_chat import CallFailed
+from .column import ColumnTeacher
 from .openai_teacher import OpenAITeacher
 from .prf import PrfTeacher
 from .resolve import ResolveTeacher
@@ -23,6 +24,8 @@ def make_teacher(cfg: dict, tenant: dict):
     tcfg = cfg["teacher"]
     if tcfg["provider"] == "openai":
         return OpenAITeacher(tcfg["openai"], tcfg["prices"])
+    if tcfg["provider"] == "column":
+        return ColumnTeacher(tenant["columns"]["rewrite"])
     from ..kb import tenant_kb
 
     if tcfg["provider"] == "resolve":
@@ -38,9 +41,14 @@ def make_teacher(cfg: dict, tenant: dict):
 
 
 async def _call(teacher, messages: list[dict], row: dict) -> dict:
-    if isinstance(teacher, (PrfTeacher, ResolveTeacher)):
+    if isinstance(teacher, (PrfTeacher, ResolveTeacher, ColumnTeacher)):
         start = time.perf_counter()
-        text = teacher.rewrite(row["query"], row["profile"], row["history"])
+        if isinstance(teacher, ColumnTeacher):
+            text = teacher.rewrite_row(row)
+            if text is None:
+                raise CallFailed(f"empty cell in the reference column {teacher.column!r}", transient=False)
+        else:
+            text = teacher.rewrite(row["query"], row["profile"], row["history"])
         return {"rewrite": text, "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
                 "model": teacher.model, "latency_s": round(time.perf_counter() - start, 6), "attempts": 1}
     return await teacher.rewrite(messages)

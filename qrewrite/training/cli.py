@@ -142,7 +142,12 @@ def cmd_rl_data(args) -> None:
 def cmd_rl(args) -> None:
     from ..envs import ensure_env
 
+    from ..io_utils import read_json
+
     cfg, tenant = load(args)
+    check = read_json(args.reward_check)
+    if check.get("refusal"):  # before any training: a reward that fails its check pays for the wrong rewrites
+        raise QrewriteError(f"refusing to train: {check['refusal']}")
     backend = cfg["rl"]["backend"]
     ensure_env("verl" if backend == "verl" else "swift", args.argv)
     from .rl_summary import summarize_curve
@@ -208,6 +213,7 @@ def register(sub) -> None:
                        "swift-grpo); writes the merged RL model")
     common(p, ("--model", "merged SFT model folder"),
            ("--data-dir", "rl-data output folder"),
+           ("--reward-check", "results/T/reward_check.json: RL refuses a reward that failed it"),
            ("--out", "merged RL model folder to create (models/T/rl)"),
            ("--run-dir", "backend checkpoints"),
            ("--tb", "TensorBoard log dir (backend scalars + qrewrite/* reward scalars)"))
