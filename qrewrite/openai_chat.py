@@ -73,9 +73,9 @@ class OpenAIChat:
         err = body.get("error") if isinstance(body.get("error"), dict) else body
         param, code = err.get("param"), err.get("code")
         key = PARAM_SETTING.get(param) if isinstance(param, str) else None
-        setting = None if key is None else (cap_setting(self.cfg, self.setting) if key == "max_tokens"
-                                            else f"{self.setting}.{key}")
-        reason = self._reason(f"HTTP {exc.status_code}: {exc.message}")
+        setting = None if key is None else f"{self.setting}.{key}"
+        message = err.get("message") if isinstance(err.get("message"), str) else exc.message
+        reason = self._reason(f"HTTP {exc.status_code}: {message}")
         return CallFailed(reason, transient=False, setting=setting,
                           signature=f"HTTP {exc.status_code} {code} {param} {reason}")
 

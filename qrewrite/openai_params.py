@@ -122,6 +122,7 @@ def cap_setting(ocfg: dict, setting: str) -> str:
         else f"{setting}.max_tokens"
 
 
-# The request parameter the API names in a 400 → the setting that controls it.
-PARAM_SETTING = {"max_tokens": "max_tokens", "max_completion_tokens": "max_tokens", "temperature": "temperature",
+# The request parameter the API names in a 400 → the setting that controls it (which name the token cap is sent
+# under is the family's choice).
+PARAM_SETTING = {"max_tokens": "family", "max_completion_tokens": "family", "temperature": "temperature",
                  "reasoning_effort": "reasoning_effort", "model": "model"}

@@ -131,6 +131,8 @@ async def run_teacher(cfg: dict, tenant: dict, queries: list[dict], *, progress:
              "cache_hits": cache.hits, "new_calls": len(new_calls),
              "failed_calls": status["error"],
              "tokens": sum((r.get("usage") or {}).get("total_tokens") or 0 for r in results if r["status"] == "ok"),
+             "reasoning_tokens": sum((r.get("usage") or {}).get("reasoning_tokens") or 0
+                                     for r in results if r["status"] == "ok"),
              "cost_usd": round(sum(r.get("cost_usd") or 0 for r in results if r["status"] == "ok"), 6),
-             **({"batch": batch} if batch is not None else {})}
+             "prices_read": cfg["teacher"]["prices_read"], **({"batch": batch} if batch is not None else {})}
     return results, stats
