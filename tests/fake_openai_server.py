@@ -39,6 +39,7 @@ its answer (or fault) has been written:
    "default_reply": null,           # assistant content otherwise (null: the "改写：" echo)
    "reasoning_tokens": null,        # reasoning tokens a reasoning model spends (null: by reasoning_effort)
    "batch_delay_s": 0,              # a batch job completes this long after its creation
+   "batch_create_delay_s": 0,       # POST /v1/batches creates the job, then answers this much later
    "batch_fail_if_contains": {"词": 500}}  # batch rows whose prompt contains a marker fail with that status
 
 A fault (the values of fail_if_contains, fail_first.status) is an HTTP status (int: 429 carries
@@ -455,8 +456,11 @@ async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
                     return
             elif path.startswith(("/v1/files", "/v1/batches")):
                 status, data, ctype, entry = _batches(method, path, headers, raw)
+                STATE.log({**entry, "status": status, "t": time.time()})  # done: logged before it is answered
+                delay = STATE.script().get("batch_create_delay_s") if entry["endpoint"] == "batches.create" else 0
+                if delay:  # the job exists, its id reaches the client only later (a client killed meanwhile)
+                    await asyncio.sleep(float(delay))
                 writer.write(_response(status, data, content_type=ctype))
-                STATE.log({**entry, "status": status, "t": time.time()})
             else:
                 writer.write(_response(404, _json({"error": {"message": f"no route {method} {path}"}})))
             await writer.drain()
