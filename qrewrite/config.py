@@ -40,7 +40,7 @@ _DefaultValidator = _with_defaults(jsonschema.Draft202012Validator)
 
 def validate_config(cfg: dict, source: str = "config") -> dict:
     """Return a validated deep copy of `cfg` with defaults filled; raise QrewriteError naming the key."""
-    raw, cfg = cfg, copy.deepcopy(cfg)
+    cfg = copy.deepcopy(cfg)
     errors = sorted(_DefaultValidator(load_schema()).iter_errors(cfg), key=lambda e: list(e.absolute_path))
     if errors:
         err = errors[0]
@@ -59,29 +59,31 @@ def validate_config(cfg: dict, source: str = "config") -> dict:
                             f"{split['train'] + split['val'] + split['test']:g})", file=source,
                             hint="e.g. split: {train: 0.8, val: 0.1, test: 0.1}")
     _check_eval(cfg["eval"], source)
-    _check_openai(cfg, raw, source)
+    _check_openai(cfg, source)
     return cfg
 
 
-def _check_openai(cfg: dict, raw: dict, source: str) -> None:
-    """Each OpenAI-compatible block (teacher, judge, `openai` eval candidates) holds what its model family
-    accepts (qrewrite/openai_params.py): a written value the API would refuse with HTTP 400 is refused here,
-    naming the key, when the block is in use; a default the family does not take becomes null (not sent)."""
+def _check_openai(cfg: dict, source: str) -> None:
+    """Each OpenAI-compatible block in use (teacher, judge, `openai` eval candidates) holds only what its model
+    family accepts (qrewrite/openai_params.py): a value the API would refuse with HTTP 400 is refused here."""
     from .openai_params import check_block
 
-    def written(*path) -> set[str]:
-        node = raw
-        for p in path:
-            node = node.get(p) if isinstance(node, dict) else (node[p] if isinstance(node, list) else None)
-        return set(node) if isinstance(node, dict) else set()
-
+    props = load_schema()["properties"]
     teacher, judge = cfg["teacher"], cfg["reward"]["judge"]
-    blocks = [(teacher, "openai", "teacher.openai", teacher["provider"] == "openai", ("teacher", "openai")),
-              (judge, "openai", "reward.judge.openai", judge["provider"] == "openai", ("reward", "judge", "openai"))]
-    blocks += [(c, "openai", f"eval.candidates.{i}.openai", True, ("eval", "candidates", i, "openai"))
+
+    def defaults(node: dict) -> dict:
+        return {k: v.get("default") for k, v in node["properties"]["openai"]["properties"].items()}
+
+    blocks = []
+    if teacher["provider"] == "openai":
+        blocks.append((teacher["openai"], "teacher.openai", defaults(props["teacher"])))
+    if judge["provider"] == "openai":
+        blocks.append((judge["openai"], "reward.judge.openai",
+                       defaults(props["reward"]["properties"]["judge"])))
+    blocks += [(c["openai"], f"eval.candidates.{i}.openai", defaults(props["eval"]["properties"]["candidates"]["items"]))
                for i, c in enumerate(cfg["eval"]["candidates"]) if c["kind"] == "openai"]
-    for parent, key, setting, used, path in blocks:
-        parent[key] = check_block(parent[key], setting, written(*path) if used else set(), source)
+    for block, setting, block_defaults in blocks:
+        check_block(block, setting, block_defaults, source)
     if teacher["mode"] == "batch" and teacher["provider"] != "openai":
         raise QrewriteError(f"config key teacher.mode: batch needs teacher.provider openai (it is "
                             f"{teacher['provider']})", file=source, hint="set teacher.mode: sync")

@@ -9,12 +9,14 @@ the request they always got: `transformers serve` refuses `max_completion_tokens
 | family            | models (auto)                           | token cap sent                               | temperature | reasoning_effort |
 |-------------------|-----------------------------------------|----------------------------------------------|-------------|------------------|
 | openai-reasoning  | gpt-5*, o1*, o3*, o4* (not gpt-5-chat*) | max_completion_tokens = max_tokens + reasoning_max_tokens | only 1 | sent   |
-| openai-chat       | other gpt-*, chatgpt-*                  | max_completion_tokens = max_tokens           | sent        | refused          |
-| deepseek-reasoner | deepseek-reasoner*                      | max_tokens = max_tokens + reasoning_max_tokens | refused (no effect) | refused |
-| compatible        | anything else                           | max_tokens                                   | sent        | refused          |
+| openai-chat       | other gpt-*, chatgpt-*                  | max_completion_tokens = max_tokens           | sent        | not sent         |
+| deepseek-reasoner | deepseek-reasoner*                      | max_tokens = max_tokens + reasoning_max_tokens | not sent (no effect) | not sent |
+| compatible        | anything else                           | max_tokens                                   | sent        | not sent         |
 
-`check_block` is what config validation runs: it knows which keys the user wrote, refuses a written value the
-API would refuse and leaves out a default the family does not take; `request_params` builds the request.
+"Not sent" is the default left out; a value written other than the default is refused at validation.
+
+`check_block` is what config validation runs: it refuses a value the API would refuse, naming the setting;
+`request_params` builds the request, leaving out a default the family does not take.
 The efforts each reasoning model accepts are OpenAI's documented values as of October 2025.
 """
 
@@ -58,47 +60,41 @@ def efforts(model: str) -> tuple[str, ...]:
     return ("low", "medium", "high")
 
 
-def check_block(ocfg: dict, setting: str, written: set[str], source: str | None = None) -> dict:
-    """`ocfg` (validated, defaults filled) for its family: a default the family does not take becomes null (not
-    sent); a written value the API would refuse raises QrewriteError naming `setting.key`."""
+def check_block(ocfg: dict, setting: str, defaults: dict, source: str | None = None) -> None:
+    """Refuse (QrewriteError naming `setting.key`) what the API would refuse for `ocfg`'s model. `defaults`: the
+    block's schema defaults. A value left at its default is not "written": the default temperature (the chat
+    models') and reasoning_effort (the reasoning models') are just not sent to a family that takes none, so the
+    check gives the same answer before and after defaults are filled (Snakemake fills them first)."""
     fam, model = family(ocfg), ocfg["model"]
-    out = dict(ocfg)
+    written = {k for k in ("temperature", "reasoning_effort") if ocfg.get(k) != defaults.get(k)}
 
     def _refuse(key: str, why: str, fix: str) -> QrewriteError:
         return QrewriteError(f"config key {setting}.{key}: {why}", file=source, hint=fix)
 
-    reasoning = fam in ("openai-reasoning", "deepseek-reasoner")
-    if reasoning and out.get("temperature") is not None:
-        allowed = fam == "openai-reasoning" and out["temperature"] == 1
-        if "temperature" in written and not allowed:
-            why = (f"{model} accepts only the default temperature (1); the API answers HTTP 400 to "
-                   f"{out['temperature']:g}" if fam == "openai-reasoning" else f"{model} ignores temperature")
-            raise _refuse("temperature", why, f"delete {setting}.temperature (or set it to null)")
-        if not allowed:
-            out["temperature"] = None
-    if out.get("reasoning_effort") is not None:
-        if fam == "openai-reasoning":
-            allowed = efforts(model)
-            if out["reasoning_effort"] not in allowed:
-                why = (f"{model} takes no reasoning_effort" if not allowed else
-                       f"{model} does not accept reasoning_effort {out['reasoning_effort']!r} (it accepts "
-                       f"{', '.join(allowed)})")
-                fix = ("low" if "low" in allowed else allowed[0]) if allowed else "null"
-                raise _refuse("reasoning_effort", why, f"set {setting}.reasoning_effort to {fix}")
-        elif "reasoning_effort" in written:
-            raise _refuse("reasoning_effort", f"{model} ({fam}) takes no reasoning_effort",
-                          f"delete {setting}.reasoning_effort, or set {setting}.family: openai-reasoning "
-                          "for a server whose model reasons and takes it (vLLM's gpt-oss)")
-        else:
-            out["reasoning_effort"] = None
-    return out
+    temperature = ocfg.get("temperature")
+    if "temperature" in written and temperature is not None and fam in ("openai-reasoning", "deepseek-reasoner") \
+            and not (fam == "openai-reasoning" and temperature == 1):
+        why = (f"{model} accepts only the default temperature (1); the API answers HTTP 400 to {temperature:g}"
+               if fam == "openai-reasoning" else f"{model} ignores temperature")
+        raise _refuse("temperature", why, f"delete {setting}.temperature (it is not sent to {fam} models)")
+    effort = ocfg.get("reasoning_effort")
+    if effort is not None and fam == "openai-reasoning":
+        allowed = efforts(model)
+        if effort not in allowed:
+            why = (f"{model} takes no reasoning_effort" if not allowed else
+                   f"{model} does not accept reasoning_effort {effort!r} (it accepts {', '.join(allowed)})")
+            fix = ("low" if "low" in allowed else allowed[0]) if allowed else "null"
+            raise _refuse("reasoning_effort", why, f"set {setting}.reasoning_effort: {fix}")
+    elif effort is not None and "reasoning_effort" in written:
+        raise _refuse("reasoning_effort", f"{model} ({fam}) takes no reasoning_effort",
+                      f"delete {setting}.reasoning_effort, or set {setting}.family: openai-reasoning for a "
+                      "server whose model reasons and takes it (vLLM's gpt-oss)")
 
 
 def request_params(ocfg: dict, setting: str) -> dict:
     """The generation parameters of one request (everything but model and messages)."""
     fam = family(ocfg)
-    # Validation already did this; a block that skipped it (schema defaults in a test) gets the same treatment.
-    ocfg = check_block(ocfg, setting, written=set())
+    check_block(ocfg, setting, defaults=ocfg)  # what validation checked; also for a block that skipped it
     room = int(ocfg.get("reasoning_max_tokens") or 0)
     cap = int(ocfg["max_tokens"])
     if fam == "openai-reasoning":
@@ -109,9 +105,11 @@ def request_params(ocfg: dict, setting: str) -> dict:
         params = {"max_tokens": cap + room}
     else:
         params = {"max_tokens": cap}
-    if ocfg.get("temperature") is not None:
-        params = {"temperature": ocfg["temperature"], **params}  # today's order: chat caches keep their keys
-    if ocfg.get("reasoning_effort") is not None:
+    temperature = ocfg.get("temperature")
+    if temperature is not None and (fam in ("openai-chat", "compatible") or
+                                    (fam == "openai-reasoning" and temperature == 1)):
+        params = {"temperature": temperature, **params}  # today's order: chat models' cache keys stay the same
+    if fam == "openai-reasoning" and ocfg.get("reasoning_effort") is not None:
         params["reasoning_effort"] = ocfg["reasoning_effort"]
     return params
 

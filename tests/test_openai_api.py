@@ -99,7 +99,7 @@ def test_chat_models_get_todays_request_and_cache_keys():
 
 
 REFUSED = [
-    ({"model": "gpt-5", "temperature": 0.3}, "teacher.openai.temperature", "accepts only the default temperature"),
+    ({"model": "gpt-5", "temperature": 0.5}, "teacher.openai.temperature", "accepts only the default temperature"),
     ({"model": "o3"}, "teacher.openai.reasoning_effort", "accepts low, medium, high"),       # minimal: GPT-5 only
     ({"model": "gpt-5.1"}, "teacher.openai.reasoning_effort", "accepts none, low, medium, high"),
     ({"model": "gpt-4.1", "reasoning_effort": "low"}, "teacher.openai.reasoning_effort", "takes no reasoning_effort"),
@@ -123,10 +123,13 @@ def test_config_accepts_each_family_and_leaves_unused_blocks_alone():
           {"model": "my-azure-deployment", "family": "openai-reasoning", "reasoning_effort": "low"}]
     for block in ok:
         validate_config({**MINIMAL, "teacher": {"provider": "openai", "openai": block}})
-    # not in use (provider resolve): neither refused nor sent; the judge and eval candidates are checked the same way
-    validate_config({**MINIMAL, "teacher": {"openai": {"model": "gpt-5", "temperature": 0.3}}})
+    # not in use (provider resolve): not checked; the judge and eval candidates are checked like the teacher
+    validate_config({**MINIMAL, "teacher": {"openai": {"model": "gpt-5", "temperature": 0.5}}})
+    # the old config.yaml's values are the defaults: accepted, and the chat models' temperature is not sent to gpt-5
+    old = validate_config({**MINIMAL, "teacher": {"provider": "openai", "openai": {"model": "gpt-5", **OLD_PARAMS}}})
+    assert request_params(old["teacher"]["openai"], "t") == {"max_completion_tokens": 2248, "reasoning_effort": "minimal"}
     with pytest.raises(QrewriteError, match=r"config key reward.judge.openai.temperature"):
-        validate_config({**MINIMAL, "reward": {"judge": {"provider": "openai", "openai": {"temperature": 0.0}}}})
+        validate_config({**MINIMAL, "reward": {"judge": {"provider": "openai", "openai": {"temperature": 0.2}}}})
     cands = [{"name": "teacher", "kind": "teacher"}, {"name": "api", "kind": "openai", "openai": {"model": "o4-mini"}}]
     with pytest.raises(QrewriteError, match=r"config key eval.candidates.1.openai.reasoning_effort"):
         validate_config({**MINIMAL, "eval": {"candidates": cands, "compare": [], "headline": []}})

@@ -134,5 +134,6 @@ async def run_teacher(cfg: dict, tenant: dict, queries: list[dict], *, progress:
              "reasoning_tokens": sum((r.get("usage") or {}).get("reasoning_tokens") or 0
                                      for r in results if r["status"] == "ok"),
              "cost_usd": round(sum(r.get("cost_usd") or 0 for r in results if r["status"] == "ok"), 6),
-             "prices_read": cfg["teacher"]["prices_read"], **({"batch": batch} if batch is not None else {})}
+             "prices_read": cfg["teacher"]["prices_read"], **({"batch": batch} if batch is not None else {}),
+             **({"request": teacher.params} if isinstance(teacher, OpenAITeacher) else {})}  # what was sent
     return results, stats
