@@ -88,9 +88,10 @@ class OpenAIChat:
         if len(self._refusals) == 1 and self._refusals[exc.signature] >= REFUSAL_LIMIT:
             raise self.refusal_error(self._refusals[exc.signature])
 
-    def refusal_error(self, n: int) -> ServiceRefused:
+    def refusal_error(self, n: int | None = None) -> ServiceRefused:
         """The error that stops a stage whose calls were all refused (`n` of them), naming what to change."""
-        signature, _ = self._refusals.most_common(1)[0]
+        signature, count = self._refusals.most_common(1)[0]
+        n = count if n is None else n
         exc = self._refusal[signature]
         fix = f"change {exc.setting}" if exc.setting else f"check {self.setting} (model {self.model})"
         return ServiceRefused(f"{self.role} API {self.base_url} refused all {n} calls so far the same way: "
@@ -199,7 +200,7 @@ def nothing_usable(chat: OpenAIChat | None, rows: list[dict], what: str) -> Qrew
     if not rows or any(r["status"] == "ok" for r in rows):
         return None
     if chat is not None and chat.refused_everything():
-        return chat.refusal_error(sum(chat._refusals.values()))
+        return chat.refusal_error()
     reason, n = Counter(r.get("reason") for r in rows).most_common(1)[0]
     return QrewriteError(f"{what}: none of the {len(rows)} rows got a rewrite ({n} failed with: {reason})",
                          hint="fix the cause and rerun: answered calls are cached, nothing was written")

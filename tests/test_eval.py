@@ -297,7 +297,7 @@ def test_api_candidate_and_judge_with_their_default_models_against_the_strict_se
     fake_openai.script(replies={"<data>": '{"score": 5, "reason": "ok"}'})
     api = {"base_url": fake_openai.url, "api_key_env": "FAKE_KEY", "max_retries": 0, "backoff_base_s": 0.0}
     cfg = data.config
-    cfg["reward"] = {"judge": {"provider": "openai", "openai": api}, "cache_dir": "cache/reward-gpt5"}
+    cfg["reward"] = {"judge": {"provider": "openai", "openai": dict(api)}, "cache_dir": "cache/reward-gpt5"}
     cfg["eval"] = {"candidates": [{"name": "teacher", "kind": "teacher"}, {"name": "gpt5", "kind": "openai", "openai": api}],
                    "compare": [["gpt5", "teacher"]], "headline": ["teacher", "gpt5"], "judge_sample_share": 0.5,
                    "cache_dir": "cache/eval-gpt5"}
@@ -316,9 +316,14 @@ def test_api_candidate_and_judge_with_their_default_models_against_the_strict_se
     assert sent and {r["status"] for r in sent} == {200} and {r["model"] for r in sent} == {"gpt-5"}
     assert all("max_tokens" not in r["params"] and "temperature" not in r["params"] for r in sent)
 
-    fake_openai.script(fail_first={"status": 400})
+    fake_openai.script(fail_first={"status": 400})  # every call refused: the judge's too
     cfg["eval"]["cache_dir"] = "cache/eval-refused"
+    cfg["reward"]["cache_dir"] = "cache/reward-refused"
     (data.root / "c_refused.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+    before = (data.root / EVAL_PATHS["eval_json"]).read_bytes()
+    proc = run_eval(data, "c_refused.yaml", files, env=env, check=False)
+    assert proc.returncode == 2 and "judge API" in proc.stderr and "refused all" in proc.stderr, proc.stderr[-2000:]
+    assert (data.root / EVAL_PATHS["eval_json"]).read_bytes() == before
     (data.root / out).unlink()
     proc, _ = rewrites(data, "c_refused.yaml", "gpt5", env=env, check=False)
     assert proc.returncode == 2 and "refused all" in proc.stderr and "HTTP 400" in proc.stderr, proc.stderr[-2000:]

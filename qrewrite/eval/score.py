@@ -95,6 +95,8 @@ async def _score_all(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[s
                                         f"(first: {missing[0]})", hint="rerun its eval-rewrites step")
                 gold[name] = await _score_candidate(rag, judge, gold_rows, by_id, share, cfg["rag"]["quality"])
         judge_stats = judge.stats() if hasattr(judge, "stats") else {}
+        if getattr(judge, "calls", 0) and getattr(judge, "refused_everything", lambda: False)():
+            raise judge.refusal_error()  # no judge score came back: an eval without them must not exit 0
         labels = None
         if tenant.get("judge_labels"):
             # Measured after the candidates, so the judge's call counters above are the candidates' own.
