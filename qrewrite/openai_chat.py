@@ -12,7 +12,7 @@ from typing import Any, Awaitable, Callable
 from collections import Counter
 
 from .errors import QrewriteError, ServiceRefused
-from .openai_params import PARAM_SETTING, cap_setting, family, request_params
+from .openai_params import PARAM_SETTING, cap_setting, request_params
 from .retry import backoff_delay, retry_after_seconds
 from .secret import from_env, redact
 
@@ -52,7 +52,6 @@ class OpenAIChat:
         self.base_url = ocfg["base_url"] or "https://api.openai.com/v1"
         self.client = AsyncOpenAI(api_key=self._api_key, base_url=ocfg["base_url"], timeout=ocfg["timeout_s"],
                                   max_retries=0)
-        self.family = family(ocfg)
         self.params = request_params(ocfg, setting)  # part of every cache key
         self.calls = 0
         self.answered = 0  # calls that got a usable reply

@@ -26,8 +26,6 @@ import re
 
 from .errors import QrewriteError
 
-FAMILIES = ("openai-reasoning", "openai-chat", "deepseek-reasoner", "compatible")
-
 # (model-name pattern, efforts accepted), first match wins. () = the model takes no reasoning_effort at all.
 REASONING_EFFORTS = (
     (r"gpt-5-pro", ("high",)),
