@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import openai
 import pytest
@@ -218,6 +219,7 @@ def test_judge_with_its_default_model(fake_openai, tmp_path, monkeypatch):
     judge, verdicts = asyncio.run(go())
     assert judge.model == "gpt-5" and [v.score for v in verdicts] == [4.0] * 5
     assert judge.stats()["judge_failures"] == 0
+    time.sleep(0.5)  # the server logs a request just after answering it
     sent = _chat(fake_openai.requests())
     assert len(sent) == 5 and all(r["params"] == {"max_completion_tokens": 2248, "reasoning_effort": "minimal"}
                                   for r in sent)
@@ -237,4 +239,5 @@ def test_judge_stops_when_every_call_is_refused(fake_openai, tmp_path, monkeypat
 
     with pytest.raises(ServiceRefused, match=f"judge API .* refused all {REFUSAL_LIMIT} calls"):
         asyncio.run(go())
+    time.sleep(0.5)  # the server logs a request just after answering it
     assert len(_chat(fake_openai.requests())) == REFUSAL_LIMIT
