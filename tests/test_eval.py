@@ -299,6 +299,46 @@ def test_api_candidate_and_api_judge_through_an_openai_compatible_server(data, f
     assert "sk-test-not-a-real-key" not in (data.root / EVAL_PATHS["eval_json"]).read_text()
 
 
+def test_api_candidate_and_judge_with_their_default_models_against_the_strict_server(data, fake_openai):
+    """The `openai` candidate and the OpenAI judge with the shipped default model (gpt-5) against a server that
+    enforces the API's GPT-5 rules: 0 failed calls. A candidate whose calls are all refused stops, exit 2, writing
+    nothing."""
+    fake_openai.script(replies={"<data>": '{"score": 5, "reason": "ok"}'})
+    api = {"base_url": fake_openai.url, "api_key_env": "FAKE_KEY", "max_retries": 0, "backoff_base_s": 0.0}
+    cfg = data.config
+    cfg["reward"] = {"judge": {"provider": "openai", "openai": dict(api)}, "cache_dir": "cache/reward-gpt5"}
+    cfg["eval"] = {"candidates": [{"name": "teacher", "kind": "teacher"}, {"name": "gpt5", "kind": "openai", "openai": api}],
+                   "compare": [["gpt5", "teacher"]], "headline": ["teacher", "gpt5"], "judge_sample_share": 0.5,
+                   "cache_dir": "cache/eval-gpt5"}
+    (data.root / "c_gpt5.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+    env = {"FAKE_KEY": "sk-test-not-a-real-key"}
+    _, out = rewrites(data, "c_gpt5.yaml", "gpt5", env=env)
+    rows = data.read_jsonl(out)
+    assert rows and all(r["status"] == "ok" and r["model"] == "openai/gpt-5" for r in rows)
+    files = [rewrites(data, "c_gpt5.yaml", "teacher", env=env)[1], out]
+    run_eval(data, "c_gpt5.yaml", files, env=env)
+    doc = json.loads((data.root / EVAL_PATHS["eval_json"]).read_text())
+    assert doc["judge"]["model"] == "gpt-5" and doc["candidates"]["gpt5"]["errors"] == 0
+    assert all(doc["candidates"][c]["judge_failures"] == 0 and doc["candidates"][c]["judge"]["mean"] == 5.0
+               for c in ("teacher", "gpt5"))
+    sent = [r for r in fake_openai.requests() if r["endpoint"] == "chat"]
+    assert sent and {r["status"] for r in sent} == {200} and {r["model"] for r in sent} == {"gpt-5"}
+    assert all("max_tokens" not in r["params"] and "temperature" not in r["params"] for r in sent)
+
+    fake_openai.script(fail_first={"status": 400})  # every call refused: the judge's too
+    cfg["eval"]["cache_dir"] = "cache/eval-refused"
+    cfg["reward"]["cache_dir"] = "cache/reward-refused"
+    (data.root / "c_refused.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+    before = (data.root / EVAL_PATHS["eval_json"]).read_bytes()
+    proc = run_eval(data, "c_refused.yaml", files, env=env, check=False)
+    assert proc.returncode == 2 and "judge API" in proc.stderr and "refused all" in proc.stderr, proc.stderr[-2000:]
+    assert (data.root / EVAL_PATHS["eval_json"]).read_bytes() == before
+    (data.root / out).unlink()
+    proc, _ = rewrites(data, "c_refused.yaml", "gpt5", env=env, check=False)
+    assert proc.returncode == 2 and "refused all" in proc.stderr and "HTTP 400" in proc.stderr, proc.stderr[-2000:]
+    assert not (data.root / out).exists()
+
+
 def test_eval_prompt_is_the_sft_prompt(data):
     """The messages a model candidate is prompted with are exactly the SFT sample's prompt messages."""
     from qrewrite.config import load_config, tenant_config

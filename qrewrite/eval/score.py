@@ -102,6 +102,8 @@ async def _score_all(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[s
                 gold[name] = await _score_candidate(rag, judge, gold_rows, by_id, share, cfg["rag"]["quality"],
                                                     gold_refs)
         judge_stats = judge.stats() if hasattr(judge, "stats") else {}
+        if getattr(judge, "calls", 0) and getattr(judge, "refused_everything", lambda: False)():
+            raise judge.refusal_error()  # no judge score came back: an eval without them must not exit 0
         return {"scored": out, "gold": gold, "judge_stats": judge_stats, "judge_model": getattr(judge, "model", None),
                 "judge_provider": getattr(judge, "provider", None)}
     finally:

@@ -15,7 +15,7 @@ import math
 import re
 from collections import Counter
 
-from ..openai_chat import CallFailed, OpenAIChat, choices
+from ..openai_chat import CallFailed, OpenAIChat, reply_text
 from ..cache import DiskCache, call_key
 from .verdict import Verdict
 
@@ -126,18 +126,13 @@ def judge_messages(query: str, profile: str, history: str, rewrite: str, rubric:
             {"role": "user", "content": f"<data>\n{data}\n</data>"}]
 
 
-def _content(resp) -> str:
-    """A reply's text ("" when the reply has none: parsed, and counted, as a malformed reply)."""
-    message = choices(resp)[0].message
-    return (message.content if message else None) or ""
-
-
 class OpenAIJudge(OpenAIChat):
     """LLM judge behind any OpenAI-compatible chat API; results cached on disk by call key.
 
     Replies that arrived (parsed or not) are cached, so a rerun asks nothing twice; service errors
     (timeouts, 5xx, rate limits after retries) are not cached and count as failures. HTTP 401/403/404
-    stop the run (wrong key, model or URL would fail every call the same way).
+    stop the run (wrong key, model or URL would fail every call the same way), and so do REFUSAL_LIMIT calls
+    all refused the same way with none answered (a setting the API rejects: openai_chat).
     """
 
     role = "judge"
@@ -159,7 +154,8 @@ class OpenAIJudge(OpenAIChat):
     async def _request(self, messages: list[dict]) -> tuple[str | None, str | None]:
         """(reply content, None) once a reply arrived, or (None, service failure reason)."""
         try:
-            content, _, _ = await self.call(messages, _content)
+            # "" when a reply has no text: parsed, and counted, as a malformed reply
+            content, _, _ = await self.call(messages, lambda resp: reply_text(resp, self))
         except CallFailed as exc:
             return None, exc.reason
         return content, None
