@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from ..errors import QrewriteError
@@ -69,6 +70,15 @@ def running_image() -> dict | None:
 def with_image(stats: dict) -> dict:
     """A stage's stats with the image it ran in (`container`: None on the host)."""
     return {**stats, "container": running_image()}
+
+
+def in_image(path: str) -> bool:
+    """Whether `path` is one of the image's own files (its Python environment: /opt/venv, /usr), not the
+    mounted project's: such an input, e.g. the base model's GGUF inside a pinned package, is checked through
+    the image's digest wherever the image's files cannot be read."""
+    if running_image() is None or not os.path.isabs(path):
+        return False
+    return any(Path(path).resolve().is_relative_to(Path(p).resolve()) for p in {sys.prefix, sys.base_prefix})
 
 
 def snakemake_image_path(ref: str, root: Path) -> Path:

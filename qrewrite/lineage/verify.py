@@ -85,6 +85,8 @@ def verify_lineage(model_dir: str | os.PathLike, _seen: set | None = None) -> li
         if why:
             problems.append((entry["path"], why))
     for name, entry in doc["inputs"].items():
+        if entry.get("in_image") and not (root / entry["path"]).exists():
+            continue  # a file of the image the model was made in: checked through the image's digest below
         if entry["path"] not in {e["path"] for e in doc["upstream"]}:
             why = _check(entry, root)
             if why:
