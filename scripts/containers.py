@@ -1,6 +1,7 @@
 """Build the project's images with podman, save them for Apptainer, run commands in them.
 
     python scripts/containers.py build [IMAGE ...] [--torch cpu|cuda] [--wheels DIR]   # make containers: cpu swift
+    python scripts/containers.py build verl --resolve-only                           # verl's pins resolve?
     python scripts/containers.py save IMAGE ... [--out-dir containers]                  # OCI archive per image
     python scripts/containers.py run IMAGE [--network host] -- COMMAND ...              # in the image, repo mounted
     python scripts/containers.py ref IMAGE [--torch cpu|cuda]                            # its reference and digest
@@ -22,6 +23,7 @@ CONTAINERS_CONF is set.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -73,9 +75,11 @@ def size_mb(ref: str) -> float:
     return int(podman("image", "inspect", "--format", "{{.Size}}", ref, capture=True).stdout.strip()) / 1e6
 
 
-def ref(name: str, torch: str = "cpu") -> str:
-    """localhost/qrewrite-<name>:<tag>: the swift image's tag is its torch build, verl's is always cuda."""
+def ref(name: str, torch: str = "cpu", resolved: bool = False) -> str:
+    """localhost/qrewrite-<name>:<tag>: the swift image's tag is its torch build, verl's is always cuda (or
+    `resolved`: the --resolve-only build, which holds no packages)."""
     tag = torch if name in TORCH_IMAGES else ("cuda" if name == "verl" else "latest")
+    tag = "resolved" if resolved else tag
     return f"localhost/qrewrite-{name}:{tag}"
 
 
@@ -152,6 +156,8 @@ def cmd_build(a) -> None:
         raise BuildError(f"unknown image(s) {unknown}: the recipes are {', '.join(IMAGES)}")
     if "verl" in names and a.torch == "cpu" and a.images:
         print("note: the verl image is CUDA only (vLLM): built with torch from PyPI", flush=True)
+    if a.resolve_only and names != ["verl"]:
+        raise BuildError("--resolve-only is for the verl image (CUDA only): the others build here in full")
     wheels = cpu_wheel_dir(a.wheels) if a.torch == "cpu" and TORCH_IMAGES & set(names) else None
     times = {}
     start = time.monotonic()
@@ -164,7 +170,17 @@ def cmd_build(a) -> None:
             extra = ["--build-arg", f"BASE={BASE}"]
             if name in TORCH_IMAGES:
                 extra += ["--build-arg", f"TORCH={a.torch}"] + (["-v", f"{wheels}:/wheels:ro"] if wheels else [])
-            times[name] = build_one(name, ref(name, a.torch), ctx, extra)
+            if a.resolve_only:
+                extra += ["--build-arg", "RESOLVE_ONLY=1"]
+            times[name] = build_one(name, ref(name, a.torch, a.resolve_only), ctx, extra)
+    if a.resolve_only:
+        report = podman("run", "--rm", "--network", "none", ref("verl", resolved=True), "cat",
+                        "/opt/qrewrite/resolved.json", capture=True).stdout
+        got = {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(report)["install"]}
+        print(f"verl image: pip resolves {len(got)} packages for the image's Python, e.g. "
+              + ", ".join(f"{k} {got[k]}" for k in ("torch", "vllm", "verl", "transformers", "numpy") if k in got)
+              + f"; {times['verl']:.0f} s")
+        return
     for name in names:
         target = ref(name, a.torch)
         print(f"{target}: {image_id(target)[:19]}…, {size_mb(target):.0f} MB, built in {times[name]:.0f} s")
@@ -226,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("images", nargs="*", help=f"of {', '.join(IMAGES)}")
     b.add_argument("--torch", **torch)
     b.add_argument("--wheels", help="folder holding the CPU torch wheel (default: $TORCH_WHEELS, pip's find-links)")
+    b.add_argument("--resolve-only", action="store_true",
+                   help="verl: build up to pip's resolution of its pins for the image's Python (no install)")
     s = sub.add_parser("save", help="write <out-dir>/<image>.oci.tar (what `apptainer build` converts)")
     s.add_argument("images", nargs="+")
     s.add_argument("--torch", **torch)

@@ -10,7 +10,8 @@
   image it ran in (the host's: none);
 * the base model, a 2-step LoRA SFT of the tests' SmolLM2 and its merge run in the swift image: each model's
   lineage.json carries the swift image's digest, `qrewrite lineage verify` accepts it, and reports the model
-  once the image its rule names (config `containers.swift`) is another one.
+  once the image its rule names (config `containers.swift`) is another one;
+* the verl image's recipe runs up to pip's resolution of its pins (a CUDA build: not installed here).
 
 Needs podman, runc and debootstrap (root): .ci/run installs them (make container-tools). Without them the tests
 skip, with a warning, unless QREWRITE_REQUIRE_CONTAINERS=1 (set by .ci/run), when they fail.
@@ -206,6 +207,26 @@ def test_verify_reports_a_model_trained_in_another_image_than_its_rule_names(run
     assert f"MISMATCH {named}: rule base_model ran in image {images['swift']['id'][:19]}" in bad.stderr
     assert f"but the image it names is {images['cpu']['id'][:19]}" in bad.stderr
     assert f"{named} no longer matches" in bad.stderr
+
+
+def test_verl_image_pins_resolve_for_its_python(images):
+    """The verl image (CUDA, vLLM) is a cluster build. Here its recipe runs up to pip's resolution of its pins
+    (envs/verl-gpu.txt + envs/verl.txt in one pass, `--resolve-only`) for the image's Python: every pin must be
+    what pip would install, and a conflict, which would fail the cluster's build, fails here."""
+    proc = timed("verl resolve-only", [sys.executable, str(SCRIPT), "build", "verl", "--resolve-only"], REPO)
+    assert "verl image: pip resolves" in proc.stdout
+    report = podman("run", "--rm", "--network", "none", "localhost/qrewrite-verl:resolved", "cat",
+                    "/opt/qrewrite/resolved.json").stdout
+    norm = lambda name: re.sub(r"[-_.]+", "-", name).lower()  # noqa: E731  (PEP 503 names)
+    got = {norm(i["metadata"]["name"]): i["metadata"]["version"] for i in json.loads(report)["install"]}
+    pins = {}
+    for f in ("verl-gpu.txt", "verl.txt"):
+        for line in (REPO / "envs" / f).read_text(encoding="utf-8").splitlines():
+            m = re.match(r"^([A-Za-z0-9_.\[\]-]+)==(\S+)", line)
+            if m:
+                pins[norm(m.group(1).split("[")[0])] = m.group(2)
+    assert {"torch", "vllm", "verl", "numpy"} <= set(pins)
+    assert {name: got.get(name) for name in pins} == pins
 
 
 def test_a_stage_in_an_image_needs_its_digest_and_its_own_env(images, tmp_path):

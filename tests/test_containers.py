@@ -134,8 +134,8 @@ def test_every_pip_install_reads_the_pins_in_envs(name):
     files = []
     for args in installs:
         reqs = [args[k + 1] for k, a in enumerate(args) if a == "-r"]
-        rest = [a for k, a in enumerate(args) if not a.startswith("--") and a != "-r" and args[k - 1] != "-r"
-                and args[k - 1] != "--find-links"]
+        rest = [a for k, a in enumerate(args) if not a.startswith(("--", "${")) and a != "-r" and args[k - 1] != "-r"
+                and args[k - 1] not in ("--find-links", "--report")]
         assert reqs and not rest, f"{name}: unpinned install: pip install {' '.join(args)}"
         for r in reqs:
             assert r.startswith("/opt/qrewrite/envs/") and Path(r).name in copied, f"{name}: {r} is not COPY'd"
@@ -258,3 +258,14 @@ def test_conda_env_files_use_the_same_pins(name):
         assert reqs[0] == "torch.txt"
         post = REPO / "envs" / "swift.post-deploy.sh"
         assert "model-nodeps.txt" in post.read_text() and subprocess.run(["bash", "-n", str(post)]).returncode == 0
+
+
+def test_a_cpu_build_without_the_cpu_torch_wheel_stops_before_building(tmp_path):
+    """`scripts/containers.py build swift` (--torch cpu) needs the CPU wheel of envs/torch.txt's torch in a local
+    folder; without it, it stops naming what to do, before podman runs (it never falls back to PyPI's CUDA build)."""
+    version = re.search(r"^torch==(\S+)", (REPO / "envs/torch.txt").read_text(), re.M).group(1)
+    (tmp_path / f"torch-{version}-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")  # a CUDA build's name
+    proc = subprocess.run([sys.executable, str(REPO / "scripts/containers.py"), "build", "swift", "--wheels",
+                           str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and f"no CPU torch wheel (torch-{version}+cpu-*.whl)" in proc.stderr, proc.stderr
+    assert "--torch cuda" in proc.stderr and "podman" not in proc.stdout
