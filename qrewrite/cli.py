@@ -67,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     start = time.perf_counter()
     try:
+        # In a container, name its image before any work: the stage's stats and lineage record it.
+        from .lineage.container import running_image
+
+        running_image()
         args.func(args)
     except QrewriteError as exc:
         print(f"qrewrite {args.command}: error: {exc}", file=sys.stderr)

@@ -6,6 +6,7 @@ import logging
 
 from ..cli_args import common, load
 from ..errors import QrewriteError
+from ..lineage.container import with_image
 
 log = logging.getLogger("qrewrite.data")
 
@@ -28,7 +29,7 @@ def cmd_ingest(args) -> None:
     _, tenant = load(args)
     rows, stats = ingest(tenant)
     write_jsonl(args.out, rows)
-    write_json(args.stats, stats)
+    write_json(args.stats, with_image(stats))
     log.info("ingest %s: %s", tenant["name"], stats)
 
 
@@ -42,7 +43,7 @@ def cmd_split(args) -> None:
                                  read_jsonl(args.validated), tenant_gold_set(tenant))
     for name in SPLITS:
         write_jsonl(f"{args.out_dir}/{name}.jsonl", splits[name])
-    write_json(args.stats, stats)
+    write_json(args.stats, with_image(stats))
     log.info("split %s: %s", tenant["name"], stats)
 
 

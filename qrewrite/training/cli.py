@@ -23,8 +23,9 @@ RL_FILES = {"train": "train.parquet", "val": "val.parquet", "train_swift": "trai
 def _write_stats(path: str | None, stats: dict) -> None:
     if path:
         from ..io_utils import write_json
+        from ..lineage.container import with_image
 
-        write_json(path, stats)
+        write_json(path, with_image(stats))
 
 
 def _lineage(out: str, *, rule: str, tenant: dict | None, inputs: dict, params: dict, cfg: dict, env: str,
