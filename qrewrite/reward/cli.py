@@ -11,12 +11,13 @@ log = logging.getLogger("qrewrite.reward")
 
 def cmd_reward_check(args) -> None:
     from ..io_utils import read_jsonl, write_json
+    from ..lineage.container import with_image
     from ..data.summary import summary_signals
     from .check import reward_check
 
     cfg, tenant = load(args)
     doc = reward_check(cfg, tenant, read_jsonl(args.queries), read_jsonl(args.teacher), read_jsonl(args.validated))
-    write_json(args.out, doc)
+    write_json(args.out, with_image(doc))
     sig = summary_signals(doc)
     log.info("reward check %s: judge AUC on derived labels %s %s, on hand labels %s (held-out %s); reward prefers "
              "the good rewrite in %s of %s pairs", tenant["name"], sig["judge_auc_derived"],
