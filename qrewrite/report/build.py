@@ -39,7 +39,7 @@ padding:14px 18px;margin:18px 0}h2{margin:4px 0 10px;font-size:19px}h3{margin:16
 table{border-collapse:collapse;margin:6px 0 10px;font-size:13px}th,td{border-bottom:1px solid #e6e6e6;
 padding:4px 9px;text-align:right;vertical-align:top}th{background:#f3f5f7;font-weight:600}
 td.l,th.l{text-align:left}.ci{color:#888;font-size:11px;white-space:nowrap}.sig{font-weight:700}.pos{color:#1e8449}.neg{color:#c0392b}
-.grid{display:flex;flex-wrap:wrap;gap:10px 18px}.note{color:#666;font-size:12px;margin:4px 0}
+.grid{display:flex;flex-wrap:wrap;gap:10px 18px}.note{color:#666;font-size:12px;margin:4px 0}.bad{color:#b00020}
 .ex td{text-align:left;max-width:260px}.ctx{color:#888;font-size:11px}.ex .q{font-weight:600}code{background:#f1f1f1;padding:1px 4px;border-radius:3px}
 details{margin:6px 0}summary{cursor:pointer;font-weight:600;color:#34495e}
 """
@@ -195,16 +195,30 @@ def reward_trend_note(tenant: str) -> str:
     path = Path(tenant_paths(tenant)["stats_rl"])
     if not path.is_file():
         return ""
-    t = (json.loads(path.read_text(encoding="utf-8")).get("reward") or {}).get("trend")
+    stats = json.loads(path.read_text(encoding="utf-8"))
+    t = (stats.get("reward") or {}).get("trend")
     if not t:
         return ""
+    harm = vs_parent_note(stats.get("vs_sft"))
     if t["rose_beyond_noise"] is None:
         verdict = (f"too few steps to tell ({t['steps']} reward steps; a verdict needs 2 per third)"
                    + (f"; last third − first third {t['rise']:+.3f}" if t["rise"] is not None else ""))
     else:
         verdict = (f"last third − first third of {t['steps']} steps: {t['rise']:+.3f} (2·SE {2 * t['se']:.3f}): "
                    + ("<b>rose beyond its noise</b>" if t["rose_beyond_noise"] else "<b>not beyond its noise</b>"))
-    return f"<p class=note>RL reward trend: {verdict}.</p>"
+    return f"<p class=note>RL reward trend: {verdict}.</p>{harm}"
+
+
+def vs_parent_note(v: dict | None) -> str:
+    """The rl stage's comparison of the RL model with its SFT parent on the validation prompts (rl_guard)."""
+    if not v or not v.get("n"):
+        return ""
+    d = v[v["basis"]]
+    verdict = ("<b class=bad>RL is worse than its SFT parent beyond noise</b>: the model was kept; prefer SFT"
+               if v["worse_beyond_noise"] else "not worse than its SFT parent beyond noise")
+    return (f"<p class=note>RL vs SFT on {v['n']} validation prompts: {escape(v['basis'])} RL − SFT "
+            f"{_fmt(d['diff'])} [{_fmt(d['ci_low'])}, {_fmt(d['ci_high'])}], {v['changed_rewrites']} rewrites "
+            f"changed; {verdict}.</p>")
 
 
 def funnel_block(summary: dict) -> str:

@@ -165,6 +165,11 @@ def cmd_rl(args) -> None:
 
         stats = run_swift_grpo(cfg, train_jsonl=data["train_swift"], threads=args.threads, **common)
     stats["reward"] = summarize_curve(args.tb)
+    if cfg["rl"]["compare_with_parent"]:
+        from .rl_guard import compare_with_parent
+
+        stats["vs_sft"] = compare_with_parent(cfg, tenant, parent=args.model, child=args.out,
+                                              val_swift=data["val_swift"], threads=args.threads)
     inputs = {"model": args.model, "kb": tenant["kb"]["path"]}
     inputs.update({k: data[k] for k in (("train", "val") if backend == "verl" else ("train_swift",))})
     r = stats["reward"]

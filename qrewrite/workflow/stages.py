@@ -146,8 +146,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           "CPU) → the merged RL model.", "training",
           args=(i("model", "sft_merged"), d("data-dir", "rl_dir"), i("reward-check", "reward_check"),
                 o("out", "rl_model"), d("run-dir", "rl_run"), o("tb", "tb_rl"), o("stats", "stats_rl")),
-          reads=("rl_train", "rl_val", "rl_train_swift", "kb"),
-          params=("rl", "reward", "rag", "tenant.judge_rubric", "tenant.language", "tenant.system_prompt",
+          reads=("rl_train", "rl_val", "rl_train_swift", "rl_val_swift", "kb"),
+          params=("rl", "reward", "rag", "eval.generation", "eval.bootstrap", "tenant.judge_rubric", "tenant.language", "tenant.system_prompt",
                   "tenant.kb", "tenant.tenant_id"),
           env="rl", threads=True, mem_mb=32000, runtime=720, launcher="ray", half="models"),
     # --- evaluation and report ---------------------------------------------------------------------------
