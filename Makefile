@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 CORES  ?= 2
 
 .PHONY: run run-quick test env test-env bench clean base-wheels
-.PHONY: container-tools containers containers-save test-containers
+.PHONY: container-tools containers containers-save test-containers cqr-data cqr rl-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -85,3 +85,19 @@ DEMO_EXCEL := data/raw/fivedoctors.xlsx data/raw/chengla.xlsx
 clean:
 	rm -rf results logs reports models cache benchmarks .snakemake
 	rm -f $(DEMO_EXCEL)
+
+# An external tenant nobody here wrote: the public CQR in-car dialogues (../shared/data/cqr, MIT-0) as a tenant
+# in data/cqr/ (CQR_SPLIT=test|dev|all), then its whole pipeline: `snakemake --configfile data/cqr/config.yaml`.
+CQR_SPLIT ?= test
+cqr-data: $(VENV)/.data-env
+	$(BIN)/python scripts/make_cqr_tenant.py --split $(CQR_SPLIT) --out data/cqr
+
+cqr: cqr-data .venvs/swift/.installed
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --cores $(CORES) --printshellcmds --configfile data/cqr/config.yaml
+
+# The documented RL check (bench/rl_check.py, README "RL that learns"): GRPO with the faithful reward on one tenant,
+# RL vs its SFT parent on the test split and the gold set. Tens of minutes on 2 cores; not part of `make run`.
+RL_CHECK_TENANT ?= fivedoctors
+RL_CHECK_ARGS ?= --sft-epochs 0.5
+rl-check: $(VENV)/.data-env .venvs/swift/.installed
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/rl_check.py --tenant $(RL_CHECK_TENANT) $(RL_CHECK_ARGS)

@@ -85,9 +85,13 @@ def turns(dialogues: list[dict], name: str) -> tuple[list[dict], Counter]:
     return out, skipped
 
 
-def build(source: Path, out: Path, name: str = "cqr") -> dict:
-    dialogues = json.loads(source.read_text(encoding="utf-8"))
-    rows, skipped = turns(dialogues, source.stem.split("_")[2] if source.stem.count("_") >= 2 else "x")
+def build(sources: list[Path], out: Path, name: str = "cqr") -> dict:
+    rows, skipped = [], Counter()
+    for source in sources:  # ids name the file: cqr-dev-…, cqr-test-…
+        part, left_out = turns(json.loads(source.read_text(encoding="utf-8")),
+                               source.stem.split("_")[2] if source.stem.count("_") >= 2 else source.stem)
+        rows += part
+        skipped.update(left_out)
     docs, labels = [], []
     by_gold: dict[str, list[str]] = defaultdict(list)
     for r in rows:
@@ -123,22 +127,24 @@ def build(source: Path, out: Path, name: str = "cqr") -> dict:
     config = {"tenants": [tenant], "teacher": {"provider": "column"}}
     write_text_atomic(out / "config.yaml", "# written by scripts/make_cqr_tenant.py\n"
                       + yaml.safe_dump(config, allow_unicode=True, sort_keys=False))
-    return {"source": str(source), "turns": len(rows), "docs": len(docs), "skipped": dict(skipped),
+    return {"sources": [str(s) for s in sources], "turns": len(rows), "docs": len(docs), "skipped": dict(skipped),
             "labels": dict(Counter(f"{x['label']}:{x['failure'] or ''}".rstrip(":") for x in labels))}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--split", choices=["dev", "test"], default="test",
-                    help="which CQR file of ../shared/data/cqr/ (default test: the documented figures)")
+    ap.add_argument("--split", choices=["dev", "test", "all"], default="test",
+                    help="which CQR file of ../shared/data/cqr/ (default test: the documented figures; all = both)")
     ap.add_argument("--source", type=Path, help="a CQR JSON file instead of --split's (e.g. a slice of it)")
     ap.add_argument("--out", type=Path, default=ROOT / "data" / "cqr", help="output folder (default data/cqr)")
     ap.add_argument("--name", default="cqr", help="tenant name (default cqr)")
     args = ap.parse_args(argv)
-    source = args.source or SHARED / f"cqr_kvret_{args.split}_public.json"
-    if not source.exists():
-        ap.error(f"{source} not found: the CQR files are in ../shared/data/cqr/ beside the project (README there)")
-    print(json.dumps(build(source, args.out, args.name), indent=1))
+    sources = [args.source] if args.source else \
+        [SHARED / f"cqr_kvret_{s}_public.json" for s in (("dev", "test") if args.split == "all" else (args.split,))]
+    for source in sources:
+        if not source.exists():
+            ap.error(f"{source} not found: the CQR files are in ../shared/data/cqr/ beside the project (README there)")
+    print(json.dumps(build(sources, args.out, args.name), indent=1))
     return 0
 
 

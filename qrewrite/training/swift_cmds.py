@@ -94,6 +94,8 @@ GRPO_DEFAULTS: dict[str, Any] = {
     "beta": 0.04,                 # KL coefficient; 0 -> no reference model (cheaper)
     "epsilon": 0.2,               # PPO clip range
     "reward_weights": None,       # list aligned with reward_funcs
+    "dynamic_sample": False,      # resample prompts whose group has zero reward spread (DAPO)
+    "max_resample_times": 3,
     "warmup_ratio": 0.0,
     "save_steps": 50,
     "save_total_limit": 2,
@@ -350,6 +352,8 @@ def grpo_cmd(hp: Mapping[str, Any]) -> list[str]:
         argv += ["--create_checkpoint_symlink", "true"]
     if cfg.get("reward_weights"):
         argv += ["--reward_weights", *_list(cfg["reward_weights"])]
+    if cfg.get("dynamic_sample"):
+        argv += ["--dynamic_sample", "true", "--max_resample_times", str(cfg["max_resample_times"])]
     if cfg.get("adapter"):
         argv += ["--adapters", str(cfg["adapter"])]
     if cfg.get("val_file"):
