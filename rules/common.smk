@@ -1,4 +1,5 @@
 import json
+import os
 import sys
 
 import yaml
@@ -12,6 +13,13 @@ from qrewrite.io_utils import write_text_atomic
 from qrewrite.paths import demo_excel
 from qrewrite.workflow.stages import (DIRECTORIES, STAGES, candidates, command, flat, job_files, jobs, named_files,
                                       resolve)
+
+# Every rule runs plain `qrewrite` (so a container's or conda env's own one is used there): on the host, the one
+# next to the Python running Snakemake comes first, so `.venv/bin/snakemake` works with a PATH that does not
+# hold .venv/bin. (A conda env's activation puts its own bin in front again; Apptainer keeps the image's PATH.)
+_BIN = Path(sys.executable).parent
+if (_BIN / "qrewrite").is_file():
+    os.environ["PATH"] = os.pathsep.join([str(_BIN), os.environ.get("PATH", "")])
 
 validate(config, str(SCHEMA_PATH))  # fills defaults in place; fails early on a bad config
 validate_config(config, source="snakemake config")  # cross-field checks (unique tenants, split sums, eval names)
@@ -152,8 +160,13 @@ def command_param(s):
     return cmd
 
 
-# Every rule's shell: its command (params.cmd), output to its log, the log's tail on the console on failure.
-STAGE_SHELL = f"{{params.cmd}} > {{log.cmd}} 2>&1{SHOW_LOG_ON_ERROR}"
+# Appended after a successful command: the stage's own warnings (logger "qrewrite.*", e.g. a teacher that hands
+# the questions back unchanged) are printed on the console too, not only kept in its log.
+SHOW_WARNINGS = " && {{ grep -h ' WARNING qrewrite' {log.cmd} >&2 || true; }}"
+
+# Every rule's shell: its command (params.cmd), output to its log; then its warnings on the console, or on
+# failure the log's tail.
+STAGE_SHELL = f"{{params.cmd}} > {{log.cmd}} 2>&1{SHOW_WARNINGS}{SHOW_LOG_ON_ERROR}"
 
 
 def constraints(s):

@@ -51,8 +51,8 @@ def cmd_summarize(args) -> None:
     from ..paths import STAGES
     from .summary import build_summary
 
-    stats = {s: read_json(p) for s, p in zip(STAGES, args.stats)}
-    write_json(args.out, build_summary(args.tenant, stats))
+    files = dict(zip(STAGES, args.stats))
+    write_json(args.out, build_summary(args.tenant, {s: read_json(p) for s, p in files.items()}, files))
 
 
 def cmd_data_card(args) -> None:

@@ -11,6 +11,7 @@ from ..prompts import prompt_hash, rewrite_messages
 from ..tasks import gather_with_progress
 from ..cache import DiskCache, call_key
 from ..openai_chat import CallFailed
+from .checks import unchanged_check
 from .openai_teacher import OpenAITeacher
 from .prf import PrfTeacher
 from .resolve import ResolveTeacher
@@ -26,9 +27,7 @@ def make_teacher(cfg: dict, tenant: dict):
     from ..kb import tenant_kb
 
     if tcfg["provider"] == "resolve":
-        from ..entities import EntityLexicon
-
-        return ResolveTeacher(EntityLexicon.from_docs(tenant_kb(tenant)))
+        return ResolveTeacher.for_tenant(tenant)
     from ..rag.local import LocalRetriever
 
     loc = cfg["rag"]["local"]
@@ -107,5 +106,6 @@ async def run_teacher(cfg: dict, tenant: dict, queries: list[dict], *, progress:
              "cache_hits": cache.hits, "new_calls": len(new_calls),
              "failed_calls": status["error"],
              "tokens": sum((r.get("usage") or {}).get("total_tokens") or 0 for r in results if r["status"] == "ok"),
-             "cost_usd": round(sum(r.get("cost_usd") or 0 for r in results if r["status"] == "ok"), 6)}
+             "cost_usd": round(sum(r.get("cost_usd") or 0 for r in results if r["status"] == "ok"), 6),
+             **unchanged_check(queries, results, teacher)}
     return results, stats
