@@ -13,14 +13,13 @@ import shlex
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import openpyxl
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, doc_section, fenced, run_documented, user_env
 from qrewrite.config import validate_config
 from qrewrite.errors import QrewriteError
 from qrewrite.paths import eval_paths, tenant_paths
@@ -79,17 +78,6 @@ def own_tenant(project, n: int = 40, columns: dict | None = COLUMNS, kb_fields: 
     return tenant
 
 
-def user_env() -> dict:
-    """The environment a user types commands in: PATH without the venv's bin (the README says `.venv/bin/…` where
-    it needs the env), so that a rule calling a bare `qrewrite` works only if the workflow finds it itself."""
-    venv_bins = {(REPO / ".venv/bin").resolve(), Path(sys.executable).parent.resolve()}
-    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
-                           if p and Path(p).resolve() not in venv_bins)
-    for tool in ("qrewrite", "snakemake", "dvc"):
-        assert shutil.which(tool, path=path) is None, f"{tool} is on PATH outside the venv: the test would prove nothing"
-    return {**os.environ, "PATH": path, "DVC_NO_ANALYTICS": "1"}
-
-
 def snakemake(project, *args: str, configfile: Path | None = None, timeout: float = 900):
     """The env's Snakemake by its path, as the README runs it (`.venv/bin/snakemake`), with the user's PATH."""
     exe = Path(sys.executable).parent / "snakemake"
@@ -108,20 +96,7 @@ def ingest(project, tenant: str = OWN):
                             "--stats", p["stats_ingest"], check=False)
 
 
-README = REPO / "README.md"
 FIVE_MINUTES = "Your own tenant in five minutes"
-
-
-def readme_section(title: str) -> str:
-    text = README.read_text(encoding="utf-8")
-    start = text.index(f"\n## {title}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start:end if end > 0 else None]
-
-
-def fenced(section: str, lang: str) -> list[str]:
-    """The section's ```lang blocks, dedented (the README indents them under list items)."""
-    return [textwrap.dedent(b) for b in re.findall(rf"^[ \t]*```{lang}\n(.*?)^[ \t]*```", section, flags=re.M | re.S)]
 
 
 def as_checkout(project) -> None:
@@ -146,7 +121,7 @@ def test_own_tenant_in_five_minutes(project):
     config check, dry run, data half, the whole pipeline for the tenant, dvc.yaml regenerated, DVC's data half."""
     from test_pipeline_e2e import TINY
 
-    section = readme_section(FIVE_MINUTES)
+    section = doc_section(REPO / "README.md", FIVE_MINUTES)
     (tenant,) = yaml.safe_load(fenced(section, "yaml")[0])
     assert tenant["thresholds"]["top1"] == validate_config(project.config)["tenants"][0]["thresholds"]["top1"], \
         "the README's tenant example is on another threshold scale than the schema's default"
@@ -161,9 +136,7 @@ def test_own_tenant_in_five_minutes(project):
     commands = fenced(section, "bash")
     assert len(commands) == 2 and ".venv/bin/snakemake --cores 2 data --config only=acme" in commands[0]
     for block in commands:
-        proc = subprocess.run(["bash", "-e", "-c", block], cwd=project.root, env=user_env(), capture_output=True,
-                              text=True, timeout=1800)
-        assert proc.returncode == 0, f"{block}\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
+        run_documented(block, project.root, user_env())
 
     name = tenant["name"]
     p = tenant_paths(name)
@@ -174,7 +147,7 @@ def test_own_tenant_in_five_minutes(project):
     assert summary["retrieval"]["hit_at_1"]["rewrite"] > 0.5, summary["retrieval"]
     assert summary["splits"]["train"] > 0 and summary["warnings"] == [], summary
     assert list(summary["drops_by_difficulty"]) == ["all"]  # the example maps no difficulty column
-    assert (project.root / eval_paths(name)["eval"]).is_file() and (project.root / f"models/{name}/rl").is_dir()
+    assert (project.root / eval_paths(name)["eval_json"]).is_file() and (project.root / f"models/{name}/rl").is_dir()
     assert f"summarize@{name}" in (project.root / "dvc.lock").read_text(encoding="utf-8")
     # only the selected tenant ran; the demo tenants stayed in the config every command read
     assert not (project.root / "results/fivedoctors").exists() and not (project.root / "data/raw/fivedoctors.xlsx").exists()
@@ -400,9 +373,9 @@ def test_split_reports_threshold_drop_share_per_difficulty():
     cfg = validate_config(yaml.safe_load((REPO / "config.yaml").read_text(encoding="utf-8")))
     tenant = cfg["tenants"][0]  # thresholds.top1 0.1
     queries, teacher, validated = [], [], []
-    for i in range(20):
-        level = "underspecified" if i < 8 else "specified"
-        top1 = 0.05 if i < 6 else 0.9  # 6 of the 8 hard rows fall below the threshold, no easy row does
+    for i in range(10):
+        level = "underspecified" if i < 4 else "specified"
+        top1 = 0.05 if i < 3 else 0.9  # 3 of the 4 hard rows fall below the threshold, no easy row does
         qid = f"q{i}"
         queries.append({"id": qid, "row": i + 2, "query": f"问题{i}", "profile": "", "history": "",
                         "gold_doc_ids": [], "difficulty": level})
@@ -412,17 +385,17 @@ def test_split_reports_threshold_drop_share_per_difficulty():
                           "original_rag": {"top1": 0.1}, "gain": 0.1})
     _, stats = build_splits(cfg, tenant, queries, teacher, validated)
     assert stats["by_difficulty"] == {
-        "specified": {"in": 12, "top1_below_threshold": 0, "top1_drop_share": 0.0, "dropped": 0, "drop_share": 0.0},
-        "underspecified": {"in": 8, "top1_below_threshold": 6, "top1_drop_share": 0.75, "dropped": 6,
+        "specified": {"in": 6, "top1_below_threshold": 0, "top1_drop_share": 0.0, "dropped": 0, "drop_share": 0.0},
+        "underspecified": {"in": 4, "top1_below_threshold": 3, "top1_drop_share": 0.75, "dropped": 3,
                            "drop_share": 0.75}}
     for q in queries:
         del q["difficulty"]  # a tenant without a difficulty column: one bucket
     _, stats = build_splits(cfg, tenant, queries, teacher, validated)
-    assert list(stats["by_difficulty"]) == ["all"] and stats["by_difficulty"]["all"]["top1_below_threshold"] == 6
+    assert list(stats["by_difficulty"]) == ["all"] and stats["by_difficulty"]["all"]["top1_below_threshold"] == 3
     stage = lambda s, n, o: {"stage": s, "in": n, "out": o, "dropped": {"x": n - o} if n > o else {}}  # noqa: E731
-    summary = build_summary("t", {"ingest": stage("ingest", 20, 20), "validate": {
-        **stage("validate", 20, 20), "hit_at_1": {}, "rewrite_beats_original_share": 0.5}, "teacher": {
-        **stage("teacher", 20, 20), "provider": "prf", "model": "m", "cache_hits": 0, "new_calls": 0,
+    summary = build_summary("t", {"ingest": stage("ingest", 10, 10), "validate": {
+        **stage("validate", 10, 10), "hit_at_1": {}, "rewrite_beats_original_share": 0.5}, "teacher": {
+        **stage("teacher", 10, 10), "provider": "prf", "model": "m", "cache_hits": 0, "new_calls": 0,
         "failed_calls": 0, "tokens": 0, "cost_usd": 0}, "split": stats})
     assert summary["drops_by_difficulty"] == stats["by_difficulty"]
 

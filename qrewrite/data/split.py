@@ -100,15 +100,15 @@ def build_splits(cfg: dict, tenant: dict, queries: list[dict], teacher_rows: lis
     stats = {"stage": "split", "in": len(validated), "out": len(kept), "dropped": dict(sorted(dropped.items())),
              "splits": {s: len(v) for s, v in splits.items()}, "groups": len(assignment),
              "by_difficulty": {k: _level_stats(c) for k, c in sorted(by_level.items())}}
-    stats["warnings"] = check_splits(stats, tenant, [v["rewrite_rag"]["top1"] for v in validated])
     return splits, stats
 
 
-def check_splits(stats: dict, tenant: dict, top1s: list[float]) -> list[dict]:
+def check_splits(stats: dict, tenant: dict, validated: list[dict]) -> list[dict]:
     """Raise when a split would be empty: SFT trains on train and validates on val, eval measures on test, and
     none of them can run on nothing (nor should the data half look done). Return the warnings: the filters
-    dropped most rows. `top1s`: every validated rewrite's top-1 score, to say where a threshold would cut."""
+    dropped most rows. `validated`: the split's input rows, to say where the top-1 threshold cuts."""
     name, th, dropped = tenant["name"], tenant["thresholds"], stats["dropped"]
+    top1s = [v["rewrite_rag"]["top1"] for v in validated]
     reasons = "; ".join(f"{why} {n} ({_cause(why, th, top1s)})" for why, n in
                         sorted(dropped.items(), key=lambda kv: -kv[1])) or "none"
     empty = [s for s in SPLITS if not stats["splits"][s]]
