@@ -100,6 +100,8 @@ def test_teacher_handing_back_most_questions_warns_on_the_console_and_in_the_sum
     (warning,) = summary["warnings"]
     assert warning["stage"] == "teacher" and warning["code"] == "teacher_unchanged"
     assert "72 of 72 questions (100%) unchanged" in warning["message"]
+    card = json.loads((project.root / P["data_card_json"]).read_text(encoding="utf-8"))
+    assert f"Warning (teacher stage): {warning['message']}" in card["known_biases"]
 
 
 def test_unchanged_share_counts_after_normalisation():

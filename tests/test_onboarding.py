@@ -128,8 +128,11 @@ def test_own_tenant_in_five_minutes(project):
     write_tenant_files(project.root, tenant["raw_excel"], tenant["kb"]["path"], tenant["columns"],
                        tenant["kb"]["fields"])
     cfg = project.config
-    cfg.update(TINY)  # the tests' tiny model and step counts: the commands are the README's, the budget is not
-    cfg["eval"].update({"max_rows": 3, "generation": {"batch_size": 8, "max_new_tokens": 16}})
+    # the tests' tiny model and step counts, and no model generation in eval (tests/test_pipeline_e2e.py covers
+    # it): the commands are the README's, the budget is not
+    cfg.update(TINY)
+    cfg["eval"].update({"candidates": [{"name": "raw", "kind": "raw"}, {"name": "teacher", "kind": "teacher"}],
+                        "compare": [["teacher", "raw"]], "max_rows": 3})
     cfg["tenants"].append(tenant)
     project.set_config(cfg)
     as_checkout(project)

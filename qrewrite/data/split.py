@@ -151,8 +151,9 @@ def _cause(why: str, thresholds: dict, top1s: list[float]) -> str:
 def _fix(why: str, thresholds: dict) -> str | None:
     """What to change for a drop reason that a setting causes, else None."""
     if why == "top1_below_threshold":
-        return (f"lower tenants[].thresholds.top1 (now {thresholds['top1']}; the default 0.1 is on the scale of the "
-                f"local relevance score; with rag.provider http, of your service's reranker score)")
+        return (f"lower tenants[].thresholds.top1 (now {thresholds['top1']}; with the local relevance score the top "
+                f"hit is the right document with probability ~top1, with rag.provider http the scale is your "
+                f"service's reranker score)")
     if why == "negative_gain":
         return "set tenants[].thresholds.require_gain: false (keeps rewrites that retrieve worse than the raw query)"
     return None
