@@ -132,7 +132,7 @@ def test_own_tenant_in_five_minutes(project):
     # it): the commands are the README's, the budget is not
     cfg.update(TINY)
     cfg["eval"].update({"candidates": [{"name": "raw", "kind": "raw"}, {"name": "teacher", "kind": "teacher"}],
-                        "compare": [["teacher", "raw"]], "max_rows": 3})
+                        "compare": [["teacher", "raw"]], "headline": ["teacher"], "max_rows": 3})
     cfg["tenants"].append(tenant)
     project.set_config(cfg)
     as_checkout(project)
