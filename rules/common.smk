@@ -1,5 +1,4 @@
 import json
-import os
 import sys
 
 import yaml
@@ -8,18 +7,16 @@ from pathlib import Path
 from snakemake.utils import validate
 
 from qrewrite.config import SCHEMA_PATH, selected_tenants, validate_config
+from qrewrite.envs import own_bin_first_on_path
 from qrewrite.errors import QrewriteError
 from qrewrite.io_utils import write_text_atomic
 from qrewrite.paths import demo_excel
 from qrewrite.workflow.stages import (DIRECTORIES, STAGES, candidates, command, flat, job_files, jobs, named_files,
                                       resolve)
 
-# Every rule runs plain `qrewrite` (so a container's or conda env's own one is used there): on the host, the one
-# next to the Python running Snakemake comes first, so `.venv/bin/snakemake` works with a PATH that does not
-# hold .venv/bin. (A conda env's activation puts its own bin in front again; Apptainer keeps the image's PATH.)
-_BIN = Path(sys.executable).parent
-if (_BIN / "qrewrite").is_file():
-    os.environ["PATH"] = os.pathsep.join([str(_BIN), os.environ.get("PATH", "")])
+# Every rule runs plain `qrewrite` (a container's or conda env's own one there); on the host, the one next to the
+# Python running Snakemake comes first on PATH, so `.venv/bin/snakemake` needs no .venv/bin on PATH.
+own_bin_first_on_path()
 
 validate(config, str(SCHEMA_PATH))  # fills defaults in place; fails early on a bad config
 validate_config(config, source="snakemake config")  # cross-field checks (unique tenants, split sums, eval names)
