@@ -6,6 +6,7 @@ BIN    := $(VENV)/bin
 CORES  ?= 2
 
 .PHONY: run run-quick test env test-env bench clean base-wheels
+.PHONY: container-tools containers containers-save test-containers
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +54,26 @@ run-quick: $(VENV)/.data-env .venvs/swift/.installed
 # The training-framework tests must not skip in CI: the envs are built above.
 test: $(VENV)/.test-env $(TRAIN_ENVS)
 	PATH="$(CURDIR)/$(BIN):$$PATH" QREWRITE_REQUIRE_TRAIN_ENVS=1 $(BIN)/python -m pytest -ra $(PYTEST_ARGS)
+
+# Images, one recipe each (containers/*.Containerfile, built by scripts/containers.py with podman; README
+# "Containers"): `make containers` builds cpu and swift here, the swift image with the CPU torch wheel that
+# pip finds here (its find-links) or in TORCH_WHEELS=DIR. verl (CUDA, vLLM) is built for the cluster:
+# scripts/containers.py build --torch cuda swift verl (docs/cluster.md).
+container-tools:
+	@command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null || \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$(grep -v '^#' containers/apt.txt); }
+
+containers: container-tools
+	$(PYTHON) scripts/containers.py build cpu swift $(if $(TORCH_WHEELS),--wheels $(TORCH_WHEELS))
+
+# OCI archives of the images (containers/*.oci.tar): what `apptainer build X.sif oci-archive://X.oci.tar` converts.
+containers-save: containers
+	$(PYTHON) scripts/containers.py save cpu swift
+
+# The images built (cached layers) and the pipeline run in them (tests/test_container_images.py); also in `make test`.
+test-containers: $(VENV)/.test-env container-tools
+	PATH="$(CURDIR)/$(BIN):$$PATH" QREWRITE_REQUIRE_CONTAINERS=1 $(BIN)/python -m pytest -ra -s \
+	    tests/test_containers.py tests/test_container_images.py
 
 # Benchmarks (bench/README.md): results as JSON under bench/results/, table via bench/report.py.
 bench: $(VENV)/.test-env

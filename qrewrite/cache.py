@@ -54,6 +54,10 @@ class DiskCache:
         self.hits += 1
         return entry
 
+    def has(self, key: str) -> bool:
+        """Whether an entry is there (counted neither as a hit nor a miss)."""
+        return self._path(key).exists()
+
     def put(self, key: str, entry: dict) -> None:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ from .eval import cli as eval_cli
 from .lineage.cli import register as register_lineage
 from .rag import cli as rag_cli
 from .report import cli as report_cli
+from .reward import cli as reward_cli
 from .teacher import cli as teacher_cli
 from .training import cli as training_cli
 from .workflow import cli as workflow_cli
@@ -25,7 +26,8 @@ log = logging.getLogger("qrewrite")
 # Each stage package's `cli` module adds its subcommands, in pipeline order. Their handlers import the stage's
 # logic inside the function, so `qrewrite split` loads only the split's code; and dvc.yaml's code deps
 # (qrewrite/workflow/code_deps.py) follow a stage's own handler, not the other stages' registrations.
-STAGE_CLIS = (data_cli.register, teacher_cli.register, rag_cli.register, training_cli.register, eval_cli.register,
+STAGE_CLIS = (data_cli.register, teacher_cli.register, rag_cli.register, reward_cli.register, training_cli.register,
+              eval_cli.register,
               report_cli.register, deploy_cli.register, register_lineage, workflow_cli.register)
 
 
@@ -65,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     start = time.perf_counter()
     try:
+        # In a container, name its image before any work: the stage's stats and lineage record it.
+        from .lineage.container import running_image
+
+        running_image()
         args.func(args)
     except QrewriteError as exc:
         print(f"qrewrite {args.command}: error: {exc}", file=sys.stderr)

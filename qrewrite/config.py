@@ -58,8 +58,41 @@ def validate_config(cfg: dict, source: str = "config") -> dict:
         raise QrewriteError(f"split.train + split.val + split.test must sum to 1 (they sum to "
                             f"{split['train'] + split['val'] + split['test']:g})", file=source,
                             hint="e.g. split: {train: 0.8, val: 0.1, test: 0.1}")
+    if cfg["teacher"]["provider"] == "column":
+        missing = [t["name"] for t in cfg["tenants"] if not t["columns"].get("rewrite")]
+        if missing:
+            raise QrewriteError(f"teacher.provider is column but tenants {missing} have no columns.rewrite",
+                                file=source, hint="name the sheet's reference-rewrite column in tenants[].columns."
+                                                  "rewrite, or use another teacher.provider")
     _check_eval(cfg["eval"], source)
+    _check_openai(cfg, source)
     return cfg
+
+
+def _check_openai(cfg: dict, source: str) -> None:
+    """Each OpenAI-compatible block in use (teacher, judge, `openai` eval candidates) holds only what its model
+    family accepts (qrewrite/openai_params.py): a value the API would refuse with HTTP 400 is refused here."""
+    from .openai_params import check_block
+
+    props = load_schema()["properties"]
+    teacher, judge = cfg["teacher"], cfg["reward"]["judge"]
+
+    def defaults(node: dict) -> dict:
+        return {k: v.get("default") for k, v in node["properties"]["openai"]["properties"].items()}
+
+    blocks = []
+    if teacher["provider"] == "openai":
+        blocks.append((teacher["openai"], "teacher.openai", defaults(props["teacher"])))
+    if judge["provider"] == "openai":
+        blocks.append((judge["openai"], "reward.judge.openai",
+                       defaults(props["reward"]["properties"]["judge"])))
+    blocks += [(c["openai"], f"eval.candidates.{i}.openai", defaults(props["eval"]["properties"]["candidates"]["items"]))
+               for i, c in enumerate(cfg["eval"]["candidates"]) if c["kind"] == "openai"]
+    for block, setting, block_defaults in blocks:
+        check_block(block, setting, block_defaults, source)
+    if teacher["mode"] == "batch" and teacher["provider"] != "openai":
+        raise QrewriteError(f"config key teacher.mode: batch needs teacher.provider openai (it is "
+                            f"{teacher['provider']})", file=source, hint="set teacher.mode: sync")
 
 
 def _check_eval(ecfg: dict, source: str) -> None:

@@ -1,10 +1,11 @@
 """Run a subcommand in the environment that has its framework.
 
 ms-swift and verl pin different transformers versions, so each lives in its own environment
-(`.venvs/swift`, `.venvs/verl` locally; `containers/swift.def`, `containers/verl.def` on the cluster).
+(`.venvs/swift`, `.venvs/verl` locally; the swift and verl images, containers/*.Containerfile, on the cluster).
 A rule always calls plain `qrewrite <command>`: if this Python already has the framework (inside the
 container, or the env's own `qrewrite`), the command runs here; otherwise it re-executes itself, once,
-under the env's interpreter and says so in the log.
+under the env's interpreter and says so in the log. Inside an image it never does: the image is the
+environment its rule names, and a host venv seen through the mounted checkout is not.
 """
 
 from __future__ import annotations
@@ -44,6 +45,13 @@ def ensure_env(name: str, argv: list[str]) -> None:
     """Return if this Python can run `name`'s framework; else exec `python -m qrewrite *argv` in that env."""
     if has_framework(name):
         return
+    from .lineage.container import running_image
+
+    image = running_image()
+    if image is not None:
+        raise QrewriteError(f"this command needs the {name} environment, and this runs in the image "
+                            f"{image['image'] or image['digest']}, which has no {FRAMEWORK_MODULE[name]!r}",
+                            hint=f"run it in the {name} image (config containers.{name}; its rule names it)")
     python = env_python(name)
     if os.environ.get(_MARK) == name:
         raise QrewriteError(f"{python} was chosen as the {name} env but cannot import {FRAMEWORK_MODULE[name]!r}",
@@ -53,7 +61,7 @@ def ensure_env(name: str, argv: list[str]) -> None:
             f"this command needs the {name} environment: {FRAMEWORK_MODULE[name]!r} is not importable in "
             f"{sys.executable} and {python} does not exist",
             hint=f"build it with `make .venvs/{name}/.installed` (pins in envs/{name}.txt), run inside "
-                 f"containers/{name}.def, or set QREWRITE_{name.upper()}_PYTHON")
+                 f"the {name} image (containers/{name}.Containerfile), or set QREWRITE_{name.upper()}_PYTHON")
     env = dict(os.environ)
     env[_MARK] = name
     env["PYTHONPATH"] = repo_pythonpath(env)

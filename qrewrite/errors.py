@@ -24,3 +24,8 @@ class QrewriteError(Exception):
 
 class ServiceUnavailable(QrewriteError):
     """A remote service (teacher API, RAG service) stayed down after all retries."""
+
+
+class ServiceRefused(QrewriteError):
+    """A service answered every call so far with the same refusal (HTTP 400, a reply cut at the token cap):
+    the request, i.e. a setting, is what is wrong, so more calls would fail the same way."""

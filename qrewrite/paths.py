@@ -27,6 +27,7 @@ def tenant_paths(tenant: str) -> dict[str, str]:
         "train": f"{r}/sft/train.jsonl",
         "val": f"{r}/sft/val.jsonl",
         "test": f"{r}/sft/test.jsonl",
+        "reward_check": f"{r}/reward_check.json",   # the judge and the reward checked on derived labels
         "summary": f"{r}/summary.json",
         "data_card": f"{r}/data_card.md",            # the dataset's card (qrewrite data-card)
         "data_card_json": f"{r}/data_card.json",

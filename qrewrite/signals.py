@@ -11,10 +11,12 @@ that one. A constant or vague-query-loving score lands near or below 0.5.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 
 from .entities import EntityLexicon
 from .metrics import gold_ranking, retrieval_quality
+from .text import normalize
 from .teacher.resolve import fill_referent
 
 TEXTS = ("raw", "teacher", "query_history", "referent_filled")
@@ -94,12 +96,55 @@ def load_judge_labels(path: str) -> list[dict]:
     return rows
 
 
+def derived_judge_labels(validated: list[dict], queries: list[dict]) -> list[dict]:
+    """A labelled set for the judge derived from the tenant's own data half, no hand labels needed.
+
+    Good: a validated teacher rewrite that puts a gold document alone at rank 1 (tie-aware Hit@1 = 1), or, for a
+    query without gold, that retrieves better than the raw query (gain > 0). For each good row, two bad ones:
+    the raw query where it differs from the rewrite (``raw``: what the rewrite had to resolve is missing), and
+    another good row's rewrite (``other_row``: fluent, but another conversation's referent and ask), picked by
+    a hash of the ids. Every row carries the good rewrite as ``reference``, as the RL reward and eval judge it.
+    """
+    context = {q["id"]: q for q in queries}
+    good = []
+    for v in validated:
+        rewrite = (v.get("rewrite") or "").strip()
+        q = context.get(v["id"])
+        if not rewrite or q is None:
+            continue
+        rag = v.get("rewrite_rag") or {}
+        ok = rag.get("hit_at_1") == 1.0 if v.get("gold_doc_ids") else (v.get("gain") or 0.0) > 0.0
+        if ok:
+            good.append({"query_id": v["id"], "query": q["query"], "profile": q.get("profile") or "",
+                         "history": q.get("history") or "", "reference": rewrite})
+    order = sorted(range(len(good)), key=lambda i: hashlib.sha256(good[i]["query_id"].encode()).hexdigest())
+    rows = []
+    for pos, i in enumerate(order):
+        g = good[i]
+        rows.append({**g, "rewrite": g["reference"], "label": "good", "failure": None})
+        if normalize(g["query"]) != normalize(g["reference"]):
+            rows.append({**g, "rewrite": g["query"], "label": "bad", "failure": "raw"})
+        for step in range(1, len(order)):
+            o = good[order[(pos + step) % len(order)]]
+            if normalize(o["reference"]) != normalize(g["reference"]) and normalize(o["query"]) != normalize(g["query"]):
+                rows.append({**g, "rewrite": o["reference"], "label": "bad", "failure": "other_row"})
+                break
+    return rows
+
+
+def heldout(query: str) -> bool:
+    """Half of a hand-labelled set, by a hash of the question (all rewrites of one question on one side), that
+    no judge rule may be tuned on: the judge's check reports its AUC there apart."""
+    return hashlib.sha256(normalize(query).encode("utf-8")).digest()[0] % 2 == 1
+
+
 async def judge_auc(judge, rows: list[dict]) -> dict:
     """The judge's AUC on a labelled set, overall and for each failure type (bad rows of that type vs
     every good row); judge failures count as the lowest score."""
     scores = []
     for r in rows:
-        v = await judge.judge(r["query"], r.get("profile") or "", r.get("history") or "", r["rewrite"])
+        v = await judge.judge(r["query"], r.get("profile") or "", r.get("history") or "", r["rewrite"],
+                              r.get("reference"))
         scores.append(v.score if v.score is not None else 0.0)
     good = [s for s, r in zip(scores, rows) if r["label"] == "good"]
     bad = [(s, r.get("failure") or "unspecified") for s, r in zip(scores, rows) if r["label"] == "bad"]

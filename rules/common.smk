@@ -43,7 +43,7 @@ if workflow.overwrite_configfiles and Path("config.yaml").exists():
               f"{', '.join(_dropped)}. To run some tenants of config.yaml, use --config only=NAME[,NAME].",
               file=sys.stderr)
 
-# Apptainer image per environment (`--sdm apptainer`); built from containers/*.def.
+# Apptainer image per environment (`--sdm apptainer`); built from containers/*.Containerfile (docs/cluster.md).
 CONTAINERS = config["containers"]
 # The same environments for `--sdm conda`, by container name (paths relative to rules/, as Snakemake reads them).
 CONDA_ENVS = {"cpu": "../envs/data.yaml", "swift": "../envs/swift.yaml", "verl": "../envs/verl.yaml"}

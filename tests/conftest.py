@@ -122,26 +122,17 @@ class Project:
         return [json.loads(l) for l in (self.root / rel).read_text(encoding="utf-8").splitlines() if l.strip()]
 
     def stage(self, name: str, tenant: str = "fivedoctors", **kw):
-        """Run one stage the way the Snakemake rule does, with the standard paths."""
-        from qrewrite.paths import tenant_paths
+        """Run one stage the way the Snakemake rule does: its command line from the stage table
+        (qrewrite.workflow.stages.command) with the standard paths, `--config config.yaml`."""
+        from qrewrite.config import load_config, tenant_config
+        from qrewrite.workflow.stages import STAGES, command, job_files, resolve
 
-        p = tenant_paths(tenant)
-        base = ["--config", "config.yaml", "--tenant", tenant]
-        argv = {
-            "build-excel": ["build-excel", *base],
-            "ingest": ["ingest", *base, "--out", p["queries"], "--stats", p["stats_ingest"]],
-            "teacher": ["teacher", *base, "--queries", p["queries"], "--out", p["teacher"], "--stats", p["stats_teacher"]],
-            "validate": ["validate", *base, "--queries", p["queries"], "--teacher", p["teacher"],
-                         "--out", p["validated"], "--stats", p["stats_validate"]],
-            "split": ["split", *base, "--queries", p["queries"], "--teacher", p["teacher"], "--validated",
-                      p["validated"], "--out-dir", p["sft_dir"], "--stats", p["stats_split"]],
-            "summarize": ["summarize", "--tenant", tenant, "--stats",
-                          *(p[f"stats_{s}"] for s in ("ingest", "teacher", "validate", "split")), "--out", p["summary"]],
-            "data-card": ["data-card", *base, "--queries", p["queries"], "--teacher", p["teacher"], "--validated",
-                          p["validated"], "--train", p["train"], "--val", p["val"], "--test", p["test"],
-                          "--summary", p["summary"], "--out", p["data_card"], "--out-json", p["data_card_json"]],
-        }[name]
-        return self.qrewrite(*argv, **kw)
+        cfg = load_config(str(self.config_path))
+        s = STAGES[name.replace("-", "_")]
+        t = tenant_config(cfg, tenant)
+        cmd = command(s, job_files(s, "in", t, cfg), job_files(s, "out", t, cfg),
+                      lambda key: resolve(key, tenant, {}, cfg), config="config.yaml", tenant=tenant)
+        return self.qrewrite(*cmd.split()[1:], **kw)
 
 
 def snakemake_rules(workdir: Path = REPO) -> dict:

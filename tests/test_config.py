@@ -32,6 +32,12 @@ DEFAULTS = [
     ("teacher.cache_dir", "cache/teacher"),
     ("teacher.openai.temperature", 0.3),
     ("teacher.openai.max_tokens", 200),
+    ("teacher.openai.reasoning_max_tokens", 2048),
+    ("teacher.openai.reasoning_effort", "minimal"),
+    ("teacher.openai.family", "auto"),
+    ("teacher.mode", "sync"),
+    ("teacher.batch.completion_window", "24h"),
+    ("teacher.batch.price_share", 0.5),
     ("teacher.openai.model", "gpt-5"),
     ("teacher.openai.base_url", None),
     ("teacher.openai.api_key_env", "OPENAI_API_KEY"),
@@ -76,7 +82,8 @@ def test_validate_does_not_mutate_input_and_defaults_are_not_shared():
 
 def test_explicit_values_win_over_defaults():
     raw = {"tenants": [tenant(thresholds={"top1": 0.75}, columns={"query": "Question"})],
-           "teacher": {"provider": "openai", "openai": {"temperature": 0.0}}, "split": {"seed": 7}}
+           "teacher": {"provider": "openai", "openai": {"model": "deepseek-chat", "temperature": 0.0}},
+           "split": {"seed": 7}}
     cfg = validate_config(raw)
     assert cfg["tenants"][0]["thresholds"] == {"top1": 0.75, "require_gain": True, "max_query_chars": 500}
     assert cfg["tenants"][0]["columns"]["query"] == "Question"
@@ -142,7 +149,7 @@ def test_schema_violation_names_key_path(patch, path, message):
 def test_load_config_repo_file():
     cfg = load_config(REPO / "config.yaml")
     assert [t["name"] for t in cfg["tenants"]] == ["fivedoctors", "chengla"]
-    assert cfg["teacher"]["openai"]["temperature"] == 0.3 and cfg["teacher"]["openai"]["max_tokens"] == 200
+    assert cfg["teacher"]["openai"]["model"] == "gpt-5" and cfg["teacher"]["openai"]["reasoning_effort"] == "minimal"
 
 
 @pytest.mark.parametrize("which", ["repo", "minimal"])

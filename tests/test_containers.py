@@ -1,15 +1,18 @@
-"""Lint of containers/*.def (Apptainer definition files) and of the conda env files in envs/.
+"""Lint of the image recipes (containers/*.Containerfile) and of the conda env files in envs/.
 
-Images cannot be built here (no registry), so each definition is checked the ways a build would fail early:
-spython parses it, the header is valid, every section name is one Apptainer knows (a misspelt `%post` is an
-error, as in `apptainer build`), and `bash -n` accepts the %post script. Every pip install reads the pins in
-envs/, and every rule names its image.
+The images are built and run by tests/test_container_images.py (cpu and swift). The verl image (CUDA, vLLM)
+is a cluster build, so for it the checks here are what this machine can check: every recipe is split into
+Dockerfile instructions the way the builder reads them (continuation lines, comments), an unknown instruction
+is an error, every RUN passes `bash -n`, every COPY source exists, every pip install reads the pins in envs/,
+every image builds FROM the shared base, and each image's stages label is the stage table's.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,62 +20,49 @@ import yaml
 
 from conftest import REPO
 
-DEFS = sorted((REPO / "containers").glob("*.def"))
-# Apptainer 1.x definition-file sections (docs: "Definition Files"); %app* take an app name.
-SECTIONS = {"setup", "files", "environment", "post", "runscript", "startscript", "test", "labels", "help",
-            "arguments", "appfiles", "appinstall", "appenv", "apphelp", "applabels", "apprun", "appstart", "apptest"}
-HEADER_KEYS = {"bootstrap", "from", "stage", "include", "includecmd", "mirrorurl", "osversion", "updateurl",
-               "fingerprints", "registry", "namespace", "library", "confurl", "setopt", "product", "user", "regcode",
-               "productpgp", "otherurl0", "otherurl1", "otherurl2"}
-AGENTS = {"library", "docker", "shub", "oras", "localimage", "yum", "dnf", "zypper", "debootstrap", "arch",
-          "busybox", "scratch", "docker-daemon", "docker-archive", "oci", "oci-archive"}
-NEEDS_FROM = AGENTS - {"scratch", "busybox", "arch"}
-SHELL_SECTIONS = {"post", "test", "runscript", "setup", "environment", "startscript"}
+RECIPES = sorted((REPO / "containers").glob("*.Containerfile"))
+IMAGES = ("cpu", "swift", "verl")
+# Dockerfile reference, "Overview": every instruction there is.
+INSTRUCTIONS = {"FROM", "RUN", "CMD", "LABEL", "MAINTAINER", "EXPOSE", "ENV", "ADD", "COPY", "ENTRYPOINT", "VOLUME",
+                "USER", "WORKDIR", "ARG", "ONBUILD", "STOPSIGNAL", "HEALTHCHECK", "SHELL"}
 
 
-class DefError(ValueError):
+class RecipeError(ValueError):
     pass
 
 
-def split_def(text: str, name: str = "def") -> tuple[dict[str, str], dict[str, str]]:
-    """(header key → value, section → body). Raises DefError naming the line for anything `apptainer build`
-    would reject: unknown section, bad or missing header, unknown bootstrap agent."""
-    header: dict[str, str] = {}
-    sections: dict[str, str] = {}
-    current = None
+def instructions(text: str, name: str = "Containerfile") -> list[tuple[int, str, str]]:
+    """(line, INSTRUCTION, arguments) as the builder reads them: a trailing backslash continues the line, and
+    comment lines inside a continued instruction are dropped. An unknown instruction raises RecipeError naming
+    the line, as `podman build` fails on it."""
+    out: list[tuple[int, str, str]] = []
+    pending, start = "", 0
     for no, line in enumerate(text.splitlines(), 1):
-        if line.startswith("%"):
-            m = re.match(r"%(\w+)", line)
-            sec = m.group(1).lower() if m else ""
-            if sec not in SECTIONS:
-                raise DefError(f"{name}, line {no}: unknown section {line.split()[0]!r} (Apptainer knows "
-                               f"{', '.join('%' + s for s in sorted(SECTIONS))})")
-            if sec in sections:
-                raise DefError(f"{name}, line {no}: section %{sec} appears twice")
-            current = sec
-            sections[sec] = ""
-            continue
-        if current is not None:
-            sections[current] += line + "\n"
-            continue
         stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
+        if stripped.startswith("#") or (not stripped and not pending):
             continue
-        key, sep, value = stripped.partition(":")
-        if not sep or key.strip().lower() not in HEADER_KEYS:
-            raise DefError(f"{name}, line {no}: not a header line (Key: value with a known key): {line!r}")
-        if not header and key.strip().lower() != "bootstrap":
-            raise DefError(f"{name}, line {no}: the header must start with Bootstrap:")
-        header[key.strip().lower()] = value.strip()
-    if "bootstrap" not in header:
-        raise DefError(f"{name}: no Bootstrap: header")
-    if header["bootstrap"] not in AGENTS:
-        raise DefError(f"{name}: unknown bootstrap agent {header['bootstrap']!r}")
-    if header["bootstrap"] in NEEDS_FROM and not header.get("from"):
-        raise DefError(f"{name}: Bootstrap {header['bootstrap']} needs a From: line")
-    if "post" not in sections:
-        raise DefError(f"{name}: no %post section")
-    return header, sections
+        if not pending:
+            start = no
+        if stripped.endswith("\\"):
+            pending += stripped[:-1] + " "
+            continue
+        full, pending = pending + stripped, ""
+        word, _, args = full.partition(" ")
+        if word.upper() not in INSTRUCTIONS:
+            raise RecipeError(f"{name}, line {start}: unknown instruction {word!r}")
+        out.append((start, word.upper(), args.strip()))
+    if pending:
+        raise RecipeError(f"{name}: the last instruction ends with a line continuation")
+    if not out or out[0][1] not in ("FROM", "ARG") or not any(i == "FROM" for _, i, _ in out):
+        raise RecipeError(f"{name}: no FROM before the first instruction (only ARG may come first)")
+    return out
+
+
+def arg_default(ins: list, name: str) -> str | None:
+    for _, i, args in ins:
+        if i == "ARG" and args.partition("=")[0] == name:
+            return args.partition("=")[2] or None
+    return None
 
 
 def bash_n(script: str, tmp_path: Path, name: str) -> None:
@@ -80,85 +70,123 @@ def bash_n(script: str, tmp_path: Path, name: str) -> None:
     f.write_text(script)
     proc = subprocess.run(["bash", "-n", str(f)], capture_output=True, text=True)
     if proc.returncode != 0:
-        raise DefError(f"bash -n {name}: {proc.stderr.strip()}")
+        raise RecipeError(f"bash -n {name}: {proc.stderr.strip()}")
 
 
-def pip_files(post: str) -> list[list[str]]:
-    """The envs/ files of each `pip install` line in %post, in order (a line may name several)."""
+def pip_installs(ins: list) -> list[list[str]]:
+    """The pip arguments of each `pip install` in the RUN instructions, in order."""
     out = []
-    for line in post.splitlines():
-        if re.match(r"\s*pip install\b", line):
-            out.append(re.findall(r"-r /opt/qrewrite/(envs/[\w.-]+)", line))
+    for _, i, args in ins:
+        if i != "RUN":
+            continue
+        lex = shlex.shlex(args, posix=True, punctuation_chars=True)
+        lex.whitespace_split = True
+        words: list[str] = []
+        for tok in [*lex, ";"]:
+            if tok in ("&&", "||", ";", ";;", "|", ")", "(") or tok.endswith(")") and tok[:-1] in ("cpu", "cuda", "*"):
+                if words[:2] == ["pip", "install"]:
+                    out.append(words[2:])
+                words = []
+            else:
+                words.append(tok)
     return out
 
 
-def test_there_is_an_image_per_environment():
-    assert {d.stem for d in DEFS} >= {"cpu", "swift", "verl"}
+def load(path: Path) -> list:
+    return instructions(path.read_text(encoding="utf-8"), path.name)
+
+
+def test_there_is_a_recipe_per_image_and_each_builds_on_the_base():
+    """An image per environment of config `containers:`; each FROM the shared base, the base FROM the
+    debootstrap root filesystem, with the names scripts/containers.py builds them under."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import containers as build
+
     schema = yaml.safe_load((REPO / "qrewrite/schemas/config.schema.yaml").read_text(encoding="utf-8"))
-    for env, spec in schema["properties"]["containers"]["properties"].items():
-        assert (REPO / spec["default"]).with_suffix(".def").is_file(), f"no containers/{env}.def for {env}"
+    assert set(schema["properties"]["containers"]["properties"]) == set(IMAGES) == set(build.IMAGES)
+    assert {p.stem for p in RECIPES} == {*IMAGES, "base"}
+    base = load(REPO / "containers/base.Containerfile")
+    assert [a for _, i, a in base if i == "FROM"] == ["${ROOTFS}"] and arg_default(base, "ROOTFS") == build.ROOTFS
+    for name in IMAGES:
+        ins = load(REPO / f"containers/{name}.Containerfile")
+        assert [a for _, i, a in ins if i == "FROM"] == ["${BASE}"] and arg_default(ins, "BASE") == build.BASE, name
 
 
-@pytest.mark.parametrize("path", DEFS, ids=lambda p: p.name)
-def test_definition_parses_and_is_valid(path, tmp_path):
-    from spython.main.parse.parsers import SingularityParser
-
-    text = path.read_text(encoding="utf-8")
-    header, sections = split_def(text, path.name)
-    recipe = SingularityParser(str(path)).recipe["spython-base"]
-    assert recipe.fromHeader == header["from"], "spython reads the same base image"
-    assert recipe.install, "spython found the %post commands"
-    for sec in SHELL_SECTIONS & set(sections):
-        bash_n(sections[sec], tmp_path, f"{path.stem}-{sec}")
-    # %files sources exist in the repo (images are built from the repo root)
-    for line in sections.get("files", "").splitlines():
-        if line.strip() and not line.strip().startswith("#"):
-            assert (REPO / line.split()[0]).exists(), f"{path.name} %files: {line.strip()}"
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
+def test_recipe_parses_and_its_commands_are_valid(path, tmp_path):
+    ins = load(path)
+    for no, i, args in ins:
+        if i == "RUN":
+            bash_n(args, tmp_path, f"{path.stem}-{no}")
+        if i == "COPY":  # sources relative to the build context, the repo root
+            for src in shlex.split(args)[:-1]:
+                if not src.startswith("--"):
+                    assert (REPO / src).exists(), f"{path.name}, line {no}: COPY {src}: no such file"
 
 
-@pytest.mark.parametrize("path", DEFS, ids=lambda p: p.name)
-def test_every_pip_install_reads_the_pins_in_envs(path):
-    """One source of truth: the images install from the same files as the venvs (Makefile)."""
-    _, sections = split_def(path.read_text(encoding="utf-8"), path.name)
-    post = sections["post"]
-    installs = [l.strip() for l in post.splitlines() if re.match(r"\s*pip install\b", l)]
+@pytest.mark.parametrize("name", IMAGES)
+def test_every_pip_install_reads_the_pins_in_envs(name):
+    """One source of truth: the images install from the same files as the venvs (Makefile), COPY'd in."""
+    ins = load(REPO / f"containers/{name}.Containerfile")
+    copied = {Path(s).name for _, i, a in ins if i == "COPY" for s in shlex.split(a)[:-1] if s.startswith("envs/")}
+    installs = pip_installs(ins)
     assert installs
-    for line in installs:
-        args = [a for a in line.split()[2:] if not a.startswith("--")]
-        # only "-r /opt/qrewrite/envs/X.txt" pairs or the qrewrite package itself
-        rest = re.sub(r"-r /opt/qrewrite/envs/[\w.-]+\.txt", "", " ".join(args)).split()
-        assert rest in ([], ["/opt/qrewrite"]), f"{path.name}: unpinned install {line!r}"
-        for f in re.findall(r"/opt/qrewrite/(envs/[\w.-]+\.txt)", line):
-            assert (REPO / f).is_file(), f"{path.name} installs {f}, which does not exist"
-    files = [f for group in pip_files(post) for f in group]
-    if "envs/swift.txt" in files:  # torch alone and first: nothing may pull another torch build
-        assert pip_files(post)[0] == ["envs/torch.txt"], pip_files(post)
-    if "envs/verl.txt" in files:  # verl's pins and its GPU stack in one resolver pass
-        assert ["envs/verl-gpu.txt", "envs/verl.txt"] in pip_files(post), pip_files(post)
+    files = []
+    for args in installs:
+        reqs = [args[k + 1] for k, a in enumerate(args) if a == "-r"]
+        rest = [a for k, a in enumerate(args) if not a.startswith(("--", "${")) and a != "-r" and args[k - 1] != "-r"
+                and args[k - 1] not in ("--find-links", "--report")]
+        assert reqs and not rest, f"{name}: unpinned install: pip install {' '.join(args)}"
+        for r in reqs:
+            assert r.startswith("/opt/qrewrite/envs/") and Path(r).name in copied, f"{name}: {r} is not COPY'd"
+            assert (REPO / "envs" / Path(r).name).is_file()
+        files.append([Path(r).name for r in reqs])
+    if name == "swift":  # torch alone and first: nothing may pull another torch build
+        assert files[0] == ["torch.txt"] and ["swift.txt"] in files and ["model-nodeps.txt"] in files, files
+    if name == "verl":  # verl's pins and its GPU stack in one resolver pass
+        assert ["verl-gpu.txt", "verl.txt"] in files, files
+    if name == "cpu":
+        assert files == [["data.txt"]], files
+
+
+def test_cpu_torch_comes_only_from_the_local_wheels():
+    """TORCH=cpu installs torch with --no-index from the mounted wheel folder (PyPI would give the CUDA build)."""
+    ins = load(REPO / "containers/swift.Containerfile")
+    first = pip_installs(ins)[0]
+    assert {"--no-index", "--no-deps"} <= set(first) and first[first.index("--find-links") + 1] == "/wheels"
+
+
+@pytest.mark.parametrize("name", IMAGES)
+def test_stages_label_is_the_stage_tables(name):
+    """The image's `org.qrewrite.stages` label lists the stages whose env it is (rl under its backend)."""
+    from qrewrite.workflow.stages import STAGES
+
+    label = next(a for _, i, a in load(REPO / f"containers/{name}.Containerfile") if i == "LABEL")
+    stages = set(shlex.split(re.search(r'org\.qrewrite\.stages=("[^"]*")', label).group(1))[0].split())
+    want = {s.name for s in STAGES.values() if s.env == name}
+    want |= {"rl(swift-grpo)"} if name == "swift" else {"rl(verl)"} if name == "verl" else {"serve-rag"}
+    assert stages == want
 
 
 BROKEN = {
-    "misspelt %post": lambda t: t.replace("%post", "%pots"),
-    "unknown section": lambda t: t + "\n%postinstall\n    true\n",
-    "no Bootstrap": lambda t: t.replace("Bootstrap: docker", ""),
-    "unknown agent": lambda t: t.replace("Bootstrap: docker", "Bootstrap: dockr"),
-    "unknown header key": lambda t: t.replace("From:", "Form:"),
-    "no From": lambda t: re.sub(r"From: .*", "", t),
+    "unknown instruction": lambda t: t.replace("RUN pip", "RUNN pip", 1),
+    "dangling continuation": lambda t: t.rstrip("\n") + " \\\n",
+    "no FROM": lambda t: re.sub(r"(?m)^FROM .*$", "", t),
 }
 
 
 @pytest.mark.parametrize("breakage", sorted(BROKEN))
-def test_lint_rejects_broken_definitions(breakage):
-    text = BROKEN[breakage]((REPO / "containers/cpu.def").read_text(encoding="utf-8"))
-    with pytest.raises(DefError):
-        split_def(text, f"cpu.def ({breakage})")
+def test_lint_rejects_broken_recipes(breakage):
+    text = BROKEN[breakage]((REPO / "containers/cpu.Containerfile").read_text(encoding="utf-8"))
+    with pytest.raises(RecipeError):
+        instructions(text, f"cpu.Containerfile ({breakage})")
 
 
-def test_bash_n_rejects_a_broken_post(tmp_path):
-    text = (REPO / "containers/cpu.def").read_text(encoding="utf-8").replace("set -eu", "if then fi", 1)
-    _, sections = split_def(text)
-    with pytest.raises(DefError, match="bash -n"):
-        bash_n(sections["post"], tmp_path, "broken-post")
+def test_bash_n_rejects_a_broken_run(tmp_path):
+    text = (REPO / "containers/cpu.Containerfile").read_text(encoding="utf-8").replace("&& pip check", "&& if then", 1)
+    run = next(a for _, i, a in instructions(text) if i == "RUN")
+    with pytest.raises(RecipeError, match="bash -n"):
+        bash_n(run, tmp_path, "broken-run")
 
 
 def test_every_rule_runs_in_the_container_and_conda_env_of_its_stage():
@@ -230,3 +258,14 @@ def test_conda_env_files_use_the_same_pins(name):
         assert reqs[0] == "torch.txt"
         post = REPO / "envs" / "swift.post-deploy.sh"
         assert "model-nodeps.txt" in post.read_text() and subprocess.run(["bash", "-n", str(post)]).returncode == 0
+
+
+def test_a_cpu_build_without_the_cpu_torch_wheel_stops_before_building(tmp_path):
+    """`scripts/containers.py build swift` (--torch cpu) needs the CPU wheel of envs/torch.txt's torch in a local
+    folder; without it, it stops naming what to do, before podman runs (it never falls back to PyPI's CUDA build)."""
+    version = re.search(r"^torch==(\S+)", (REPO / "envs/torch.txt").read_text(), re.M).group(1)
+    (tmp_path / f"torch-{version}-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")  # a CUDA build's name
+    proc = subprocess.run([sys.executable, str(REPO / "scripts/containers.py"), "build", "swift", "--wheels",
+                           str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and f"no CPU torch wheel (torch-{version}+cpu-*.whl)" in proc.stderr, proc.stderr
+    assert "--torch cuda" in proc.stderr and "podman" not in proc.stdout

@@ -17,10 +17,11 @@ import yaml
 
 from conftest import REPO
 
-STAGE_RULES = ("build_excel", "ingest", "teacher", "validate", "split", "summarize", "data_card", "base_model", "sft",
+STAGE_RULES = ("build_excel", "ingest", "teacher", "validate", "split", "reward_check", "summarize", "data_card",
+               "base_model", "sft",
                "merge_sft", "rl_data", "rl", "eval_generate", "eval_rewrites", "eval", "report")
 SNAKEMAKE_CONFIG = "--config results/.config.resolved.yaml"
-DATA_STAGES = ("build_excel", "ingest", "teacher", "validate", "split", "summarize")
+DATA_STAGES = ("build_excel", "ingest", "teacher", "validate", "split", "reward_check", "summarize")
 
 
 def qrewrite(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:

@@ -45,7 +45,8 @@ def rewrites(project: Project, config: str, candidate: str, *extra: str, check: 
 
 def run_eval(project: Project, config: str, files: list[str], check: bool = True, env=None):
     return project.qrewrite("eval", "--config", config, "--tenant", TENANT, "--test", PATHS["test"], "--queries",
-                            PATHS["queries"], "--rewrites", *files, "--out", EVAL_PATHS["eval_json"], "--examples",
+                            PATHS["queries"], "--teacher", PATHS["teacher"], "--reward-check", PATHS["reward_check"],
+                            "--rewrites", *files, "--out", EVAL_PATHS["eval_json"], "--examples",
                             EVAL_PATHS["examples"], "--plots", EVAL_PATHS["plots"], check=check, env=env)
 
 
@@ -54,7 +55,7 @@ def data(tmp_path_factory):
     """The data half for one tenant (60 queries) in a scratch project."""
     project = Project(tmp_path_factory.mktemp("eval") / "proj")
     project.keep_queries(TENANT, 60)
-    for stage in ("build-excel", "ingest", "teacher", "validate", "split"):
+    for stage in ("build-excel", "ingest", "teacher", "validate", "split", "reward-check"):
         project.stage(stage)
     return project
 
@@ -189,9 +190,17 @@ def test_metrics_match_an_independent_recomputation(data):
     queries = {q["id"]: q for q in data.read_jsonl(PATHS["queries"])}
     assert all(qh[q] == f"{queries[q]['query']} {queries[q]['history']}".strip() for q in test_ids)
     assert doc["candidates"]["query_history"]["cost_per_1k_usd"] == 0.0
-    # the judge's AUC on the tenant's labelled set (config tenants[].judge_labels)
-    auc = doc["signals"]["judge_auc"]
-    assert auc["path"].endswith("fivedoctors.judge_labels.jsonl") and auc["auc"] >= 0.9 and auc["n_bad"] >= 60
+    # the judge's checks from reward_check.json: derived labels per kind of bad, the tenant's labelled set
+    # (config tenants[].judge_labels) all and held out, the reward's preference
+    sig = doc["signals"]
+    lab = sig["judge"]["labelled"]
+    assert lab["path"].endswith("fivedoctors.judge_labels.jsonl") and lab["all"]["auc"] >= 0.9
+    # 60 of 240 demo queries kept: a labelled question the teacher never rewrote is left out and counted
+    assert lab["all"]["n_good"] + lab["all"]["n_bad"] + lab["no_reference"] == 122 and lab["all"]["n_bad"] >= 30
+    assert set(sig["judge"]["derived"]["by_failure"]) == {"raw", "other_row"} and sig["reward"]["preference"] >= 0.85
+    assert sig["reward_check"]["judge_auc_derived"] == sig["judge"]["derived"]["auc"]
+    # every candidate judged against the teacher's rewrite: the teacher's own rewrites score 5 on form-clean rows
+    assert doc["candidates"]["teacher"]["judge"]["mean"] > doc["candidates"]["raw"]["judge"]["mean"]
 
 
 def test_a_failed_teacher_row_is_scored_as_no_rewrite_never_as_the_query(data, tmp_path):
@@ -288,6 +297,46 @@ def test_api_candidate_and_api_judge_through_an_openai_compatible_server(data, f
     assert api_c["cost_per_1k_usd"] == pytest.approx(1000 * np.mean([x["cost_usd"] for x in rows]), abs=1e-6)  # 6 decimals
     assert api_c["model"] == "openai/test-model"
     assert "sk-test-not-a-real-key" not in (data.root / EVAL_PATHS["eval_json"]).read_text()
+
+
+def test_api_candidate_and_judge_with_their_default_models_against_the_strict_server(data, fake_openai):
+    """The `openai` candidate and the OpenAI judge with the shipped default model (gpt-5) against a server that
+    enforces the API's GPT-5 rules: 0 failed calls. A candidate whose calls are all refused stops, exit 2, writing
+    nothing."""
+    fake_openai.script(replies={"<data>": '{"score": 5, "reason": "ok"}'})
+    api = {"base_url": fake_openai.url, "api_key_env": "FAKE_KEY", "max_retries": 0, "backoff_base_s": 0.0}
+    cfg = data.config
+    cfg["reward"] = {"judge": {"provider": "openai", "openai": dict(api)}, "cache_dir": "cache/reward-gpt5"}
+    cfg["eval"] = {"candidates": [{"name": "teacher", "kind": "teacher"}, {"name": "gpt5", "kind": "openai", "openai": api}],
+                   "compare": [["gpt5", "teacher"]], "headline": ["teacher", "gpt5"], "judge_sample_share": 0.5,
+                   "cache_dir": "cache/eval-gpt5"}
+    (data.root / "c_gpt5.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+    env = {"FAKE_KEY": "sk-test-not-a-real-key"}
+    _, out = rewrites(data, "c_gpt5.yaml", "gpt5", env=env)
+    rows = data.read_jsonl(out)
+    assert rows and all(r["status"] == "ok" and r["model"] == "openai/gpt-5" for r in rows)
+    files = [rewrites(data, "c_gpt5.yaml", "teacher", env=env)[1], out]
+    run_eval(data, "c_gpt5.yaml", files, env=env)
+    doc = json.loads((data.root / EVAL_PATHS["eval_json"]).read_text())
+    assert doc["judge"]["model"] == "gpt-5" and doc["candidates"]["gpt5"]["errors"] == 0
+    assert all(doc["candidates"][c]["judge_failures"] == 0 and doc["candidates"][c]["judge"]["mean"] == 5.0
+               for c in ("teacher", "gpt5"))
+    sent = [r for r in fake_openai.requests() if r["endpoint"] == "chat"]
+    assert sent and {r["status"] for r in sent} == {200} and {r["model"] for r in sent} == {"gpt-5"}
+    assert all("max_tokens" not in r["params"] and "temperature" not in r["params"] for r in sent)
+
+    fake_openai.script(fail_first={"status": 400})  # every call refused: the judge's too
+    cfg["eval"]["cache_dir"] = "cache/eval-refused"
+    cfg["reward"]["cache_dir"] = "cache/reward-refused"
+    (data.root / "c_refused.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+    before = (data.root / EVAL_PATHS["eval_json"]).read_bytes()
+    proc = run_eval(data, "c_refused.yaml", files, env=env, check=False)
+    assert proc.returncode == 2 and "judge API" in proc.stderr and "refused all" in proc.stderr, proc.stderr[-2000:]
+    assert (data.root / EVAL_PATHS["eval_json"]).read_bytes() == before
+    (data.root / out).unlink()
+    proc, _ = rewrites(data, "c_refused.yaml", "gpt5", env=env, check=False)
+    assert proc.returncode == 2 and "refused all" in proc.stderr and "HTTP 400" in proc.stderr, proc.stderr[-2000:]
+    assert not (data.root / out).exists()
 
 
 def test_eval_prompt_is_the_sft_prompt(data):

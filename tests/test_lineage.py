@@ -81,7 +81,7 @@ def data_half(root: Path, n_queries: int) -> Project:
     cfg["tenants"] = [t for t in cfg["tenants"] if t["name"] == TENANT]
     project.set_config(cfg)
     project.keep_queries(TENANT, n_queries)
-    for stage in ("build-excel", "ingest", "teacher", "validate", "split", "summarize", "data-card"):
+    for stage in ("build-excel", "ingest", "teacher", "validate", "split", "reward-check", "summarize", "data-card"):
         project.stage(stage)
     return project
 
@@ -125,10 +125,11 @@ def test_lineage_records_the_whole_chain_back_to_the_raw_excel(chain):
     env = doc["env"]
     assert env["name"] == "swift" and env["requirements"]["envs/swift.txt"] == sha256_file(REPO / "envs/swift.txt")
     assert env["requirements"]["envs/torch.txt"] == sha256_file(REPO / "envs/torch.txt")
-    container = REPO / "containers/swift.def"
-    assert env["container_def_sha256"] == (sha256_file(container) if container.exists() else None)
+    assert env["container_recipe"] == {f"containers/{n}.Containerfile": sha256_file(REPO / f"containers/{n}.Containerfile")
+                                       for n in ("base", "swift")}
+    assert env["container"] is None  # made on the host: no image (tests/test_container_images.py: in one)
     assert doc["providers"]["teacher"]["provider"] == "resolve" and doc["providers"]["teacher"]["model"] == "kb-entity-resolver"
-    assert doc["providers"]["judge"] == {"provider": "rule", "model": "rules-v2", "base_url": None}
+    assert doc["providers"]["judge"] == {"provider": "rule", "model": "rules-v3", "base_url": None}
     assert doc["usage"]["rule"] == {"rag_calls": 12, "judge_calls": 3, "judge_cost_usd": 0.0}
     assert doc["usage"]["upstream"]["teacher"]["calls"] == 50 and doc["usage"]["upstream"]["teacher"]["cost_usd"] == 0
     assert doc["run"]["slurm_job_id"] == "4242" and doc["run"]["host"] and doc["run"]["duration_s"] == 60
@@ -152,10 +153,10 @@ def test_verify_fails_naming_the_artifact_whenever_any_upstream_byte_changes(cha
     assert verify_lineage(model) == []
     doc = lineage(project, "rl_model")
     targets = [e["path"] for e in doc["upstream"]] + [f"{PATHS['rl_model']}/{f}" for f in doc["model"]["files"]]
-    # 23 upstream artifacts (the data half, its stats, summary and data card, gold and red-team sets, base and
-    # SFT models, RL files) + the model's 3 files
-    assert len(set(targets)) == len(targets) == 26
-    assert {PATHS["data_card_json"], PATHS["summary"], PATHS["stats_split"]} <= set(targets)
+    # 25 upstream artifacts (the data half, its stats, the reward check and the judge labels it read, summary and
+    # data card, gold and red-team sets, base and SFT models, RL files) + the model's 3 files
+    assert len(set(targets)) == len(targets) == 28
+    assert {PATHS["data_card_json"], PATHS["summary"], PATHS["stats_split"], PATHS["reward_check"]} <= set(targets)
     for rel in targets:
         changed, blob = _flip_one_byte(project.root / rel)
         try:
@@ -192,6 +193,44 @@ def test_verify_cli_exit_code_and_message_and_chained_lineage(chain):
     assert proc.returncode == 0, proc.stderr
     missing = project.qrewrite("lineage", "verify", "models/nope", check=False)
     assert missing.returncode == 2 and "no lineage.json" in missing.stderr
+
+
+@pytest.mark.parametrize("named", ["containers/swift.sif", "docker://example.org/qrewrite-swift:1"])
+def test_verify_reports_a_model_made_in_another_image_than_its_rule_names(chain, monkeypatch, named):
+    """Apptainer names the SIF a job runs in ($APPTAINER_CONTAINER); lineage.json records its sha256, and verify
+    compares it with the image the rule names now (config `containers.swift`: a path, or for a docker:// image
+    the SIF Snakemake pulled it into). The SIF here is a TEST FAKE: a file of bytes, hashed as a real one is."""
+    from qrewrite.lineage.container import running_image, snakemake_image_path
+
+    project, _ = chain
+    root = project.root
+    cfg = load_config(root / "config.yaml")
+    cfg["containers"]["swift"] = named
+    sif = snakemake_image_path(named, root) if "://" in named else root / named
+    sif.parent.mkdir(parents=True, exist_ok=True)
+    sif.write_bytes(b"SIF image as built" * 100)
+    model = "models/fivedoctors/sft-in-image"
+    fake_model(root / model, {"adapter_config.json": b"{}", "adapter_model.safetensors": b"\x05lora" * 32})
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("APPTAINER_CONTAINER", str(sif))
+    running_image.cache_clear()
+    try:
+        write_lineage(model, rule="sft", tenant=TENANT, config=cfg, env="swift", started=0, ended=1,
+                      inputs={"base": BASE_MODEL, "train": PATHS["train"], "val": PATHS["val"]}, params={})
+    finally:
+        running_image.cache_clear()
+    digest = "sha256:" + sha256_file(sif)
+    doc = json.loads((root / model / "lineage.json").read_text())
+    assert doc["env"]["container"] == {"runtime": "apptainer", "image": str(sif), "digest": digest}
+    assert verify_lineage(root / model) == []
+    sif.write_bytes(b"SIF image rebuilt since")  # the rule's image is now another one
+    problems = verify_lineage(root / model)
+    assert problems == [(named, f"rule sft ran in image {digest[:19]}… (apptainer {sif}), but the image it names "
+                                f"is sha256:{sha256_file(sif)[:12]}…")]
+    sif.unlink()
+    [(what, why)] = verify_lineage(root / model)
+    assert what == named and f"rule sft ran in image {digest[:19]}…, which cannot be checked here" in why \
+        and "not found" in why
 
 
 def test_show_prints_the_tree_and_traces_a_sample_to_its_excel_row_and_teacher_call(chain):

@@ -399,7 +399,8 @@ def test_split_reports_threshold_drop_share_per_difficulty():
     summary = build_summary("t", {"ingest": stage("ingest", 10, 10), "validate": {
         **stage("validate", 10, 10), "hit_at_1": {}, "rewrite_beats_original_share": 0.5}, "teacher": {
         **stage("teacher", 10, 10), "provider": "prf", "model": "m", "cache_hits": 0, "new_calls": 0,
-        "failed_calls": 0, "tokens": 0, "cost_usd": 0}, "split": stats})
+        "failed_calls": 0, "tokens": 0, "cost_usd": 0}, "split": stats},
+        {"judge": {"derived": {"auc": None, "by_failure": {}}}, "reward": None, "refusal": "no derived labels"})
     assert summary["drops_by_difficulty"] == stats["by_difficulty"]
 
 

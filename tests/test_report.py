@@ -102,18 +102,15 @@ def raw_teacher_project(tmp_path_factory):
     for t in TENANTS:
         project.keep_queries(t, 60)
         p, e = tenant_paths(t), eval_paths(t)
-        for stage in ("build-excel", "ingest", "teacher", "validate", "split"):
+        for stage in ("build-excel", "ingest", "teacher", "validate", "split", "reward-check", "summarize"):
             project.stage(stage, tenant=t)
-        project.qrewrite("summarize", "--tenant", t, "--stats", *[p[f"stats_{s}"] for s in
-                                                                  ("ingest", "teacher", "validate", "split")],
-                         "--out", p["summary"])
         files = []
         for c in ("raw", "teacher"):
             files.append(e["rewrites"].format(candidate=c))
             project.qrewrite("eval-rewrites", "--config", "config.yaml", "--tenant", t, "--candidate", c, "--test",
                              p["test"], "--queries", p["queries"], "--teacher", p["teacher"], "--out", files[-1])
         project.qrewrite("eval", "--config", "config.yaml", "--tenant", t, "--test", p["test"], "--queries",
-                         p["queries"], "--rewrites", *files, "--out", e["eval_json"], "--examples", e["examples"],
+                         p["queries"], "--teacher", p["teacher"], "--reward-check", p["reward_check"], "--rewrites", *files, "--out", e["eval_json"], "--examples", e["examples"],
                          "--plots", e["plots"])
     write_events(project.root / tenant_paths("fivedoctors")["tb_rl"])
     project.qrewrite("report", "--config", "config.yaml", "--out", REPORT_HTML)
@@ -161,9 +158,15 @@ def test_signals_block_shows_the_checks_against_gold():
                                                "quality": "top1",
                                                "alternatives": {"coverage/seed": {"agreement": 0.6473}}}},
                "retrieval": {"hit_at_1": {"original": 0.5375, "rewrite": 0.925}}}
-    doc = {"signals": {"judge_auc": {"auc": 0.9858, "n_good": 62, "n_bad": 60,
-                                     "by_failure": {"typo_kept": {"auc": 0.86, "n": 4}, "answers": {"auc": 1.0, "n": 7}}}}}
+    derived = {"auc": 0.9924, "n_good": 195, "n_bad": 390,
+               "by_failure": {"raw": {"auc": 0.9848, "n": 195}, "other_row": {"auc": 1.0, "n": 195}}}
+    labelled = {"auc": 0.9858, "n_good": 62, "n_bad": 60,
+                "by_failure": {"typo_kept": {"auc": 0.86, "n": 4}, "answers": {"auc": 1.0, "n": 7}}}
+    doc = {"signals": {"judge": {"derived": derived, "labelled": {"all": labelled, "heldout": {**labelled, "auc": 0.9955}}},
+                       "reward": {"preference": 0.9641, "pairs": 390},
+                       "reward_check": {"refusal": "tenant x: the judge's AUC is 0.5"}}}
     html = signals_block(doc, summary)
-    for needle in ("0.937", "189 pairs", "coverage/seed 0.647", "0.986", "weakest: typo_kept 0.860", "0.925", "0.537"):
+    for needle in ("0.937", "189 pairs", "coverage/seed 0.647", "0.992", "raw 0.985", "0.986", "typo_kept 0.860",
+                   "0.996", "0.964", "390 derived pairs", "RL refuses this reward: tenant x", "0.925", "0.537"):
         assert needle in html, needle
     assert "No signal checks" in signals_block({}, {})

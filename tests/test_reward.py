@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 
 from qrewrite.config import load_schema, validate_config
 from qrewrite.errors import QrewriteError
-from qrewrite.kb import load_kb
+from qrewrite.kb import Doc, load_kb
 from qrewrite.metrics import mean_top3, quality_from_parts, retrieval_quality, top1
 from qrewrite.rag.local import LocalRetriever
 from qrewrite.reward import formula, reward_defaults, reward_settings
@@ -144,35 +144,63 @@ def rule_judge():
 
 
 def test_rule_judge_orders_rewrites(rule_judge):
-    def s(rw, q=QUERY, p="", h=""):
-        return rule_judge.score(q, p, h, rw).score
+    """Form checks: each flaw costs against the clean rewrite, whatever the reference."""
+    ref = "奶蓟草护肝片什么时候吃效果最好"
+
+    def s(rw, q=QUERY, p="", h="", r=ref):
+        return rule_judge.score(q, p, h, rw, r).score
 
     good = s("奶蓟草护肝片什么时候吃效果最好")
-    assert good >= 4.5
+    assert good == 5.0
+    assert s("奶蓟草护肝片什么时候吃效果好") > s("什么时候吃效果最好")  # rewording costs less than the product
+    assert s("什么时候吃效果最好") < 4.0
     assert s("改写：奶蓟草护肝片什么时候吃效果最好") < good
     assert s("Rewrite: 奶蓟草护肝片什么时候吃效果最好") < good
     assert s("奶蓟草护肝片什么时候吃效果最好\n奶蓟草护肝片服用时间") < good
     assert s("奶蓟草护肝片建议饭后服用。每天两次。") < good - 1
     assert s("您是指哪款护肝片？请提供更多信息") <= 2.0
     assert s("") == 1.0
-    assert s("护肝") < good                                   # too short, key terms dropped
+    assert s("护肝") < good - 1                               # the referent's name and the aspect dropped
     assert s("奶蓟草护肝片什么时候吃效果好" + "，另外想了解价格、规格、成分、生产厂家、保质期" * 6) < good
-    # a corrected typo is not punished like a dropped term
-    typo_q = "喂奶期间吃藻由DHA有事没"
-    assert s("喂奶期间吃藻油DHA有影响吗", q=typo_q) > s("喂奶期间有影响吗", q=typo_q)
+    assert s("奶蓟草护肝片,服用时间,饭后,效果") < good - 2           # a keyword bag
+    # a corrected typo is not punished like a dropped term; a kept typo is
+    typo_q, typo_ref = "喂奶期间吃藻由DHA有事没", "喂奶期间吃藻油DHA软胶囊有事没"
+    assert s("喂奶期间吃藻油DHA软胶囊有影响吗", q=typo_q, r=typo_ref) > s("喂奶期间吃藻由DHA有事没", q=typo_q, r=typo_ref)
+    # without a reference only the form is judged, and the verdict says so
+    v = rule_judge.score(QUERY, "", "", "奶蓟草护肝片什么时候吃效果最好")
+    assert v.score == 5.0 and "no reference" in v.reason
 
 
-def test_rule_judge_context_terms(rule_judge):
+def test_rule_judge_grades_against_the_reference(rule_judge):
+    """Content checks: the referent the reference resolved, the aspect it kept, nothing it dropped or nobody said."""
     q, p, h = "夏天怎么存放", "男, 70岁, 膝关节不好", "用户此前询问了氨糖的适用人群"
-    resolved = rule_judge.score(q, p, h, "氨糖软骨素钙片夏天怎么存放")
-    alias = rule_judge.score(q, p, h, "氨糖夏天怎么存放")
-    unresolved = rule_judge.score(q, p, h, "夏天怎么存放")
-    wrong = rule_judge.score(q, p, h, "深海鱼油软胶囊夏天怎么存放")
-    aspect = rule_judge.score(q, p, h, "氨糖软骨素钙片适合什么人吃")   # the history's aspect, not the question's
-    assert resolved.score == alias.score == 5.0
-    assert resolved.score - unresolved.score == pytest.approx(3.0) and "does not name" in unresolved.reason
-    assert wrong.score <= 2.0 and "not 氨糖软骨素钙片" in wrong.reason
-    assert aspect.score < 4.0 and "aspect" in aspect.reason
+    ref = "氨糖软骨素钙片夏天怎么存放"
+    resolved = rule_judge.score(q, p, h, "氨糖软骨素钙片在夏天应该怎么存放好", ref)
+    unresolved = rule_judge.score(q, p, h, "夏天怎么存放", ref)
+    wrong = rule_judge.score(q, p, h, "深海鱼油软胶囊夏天怎么存放", ref)
+    aspect = rule_judge.score(q, p, h, "氨糖软骨素钙片适合什么人吃", ref)   # the history's aspect, not the question's
+    assert resolved.score >= 4.0
+    assert unresolved.score <= 2.5 and "resolved" in unresolved.reason
+    assert wrong.score <= 2.5 and "nobody said" in wrong.reason
+    assert aspect.score < 4.0 and "question asks" in aspect.reason
+    # the reference itself is perfect; the raw question is not when the reference resolved something
+    assert rule_judge.score(q, p, h, ref, ref).score == 5.0
+
+
+def test_rule_judge_holds_in_english_and_allows_names_in_another_script():
+    docs = [Doc(f"d{i}", "", t) for i, t in enumerate((
+        "What is the weather in Alhambra on Friday", "Take me to the Chevron gas station",
+        "What is the address of Chevron", "Set a reminder to take my pills at 7pm", "Will it rain in Compton this week"))]
+    en = RuleJudge("en", docs)
+    q, h = "And the temperature?", "user: what's the temperature going to be like on friday | assistant: which city?"
+    ref = "What's the temperature going to be like on Friday in Alhambra?"
+    assert en.score(q, "", h, "What will the temperature be on Friday in Alhambra?", ref).score >= 3.5
+    assert en.score(q, "", h, q, ref).score <= 2.5                                   # unresolved
+    assert en.score(q, "", h, "Take me to the Chevron gas station", ref).score <= 2.0  # another turn's request
+    assert en.score(q, "", h, "阿罕布拉周五的气温是多少", ref).score <= 2.0            # not the tenant's language
+    zh = RuleJudge("zh", load_kb(KB))
+    # a Latin-script name inside a Chinese rewrite is a name, not another language
+    assert zh.score("微软公司的总部在哪", "", "", "Microsoft Corporation的总部在哪", "Microsoft Corporation总部在哪").score >= 4.0
 
 
 def test_rule_judge_is_deterministic(rule_judge):
@@ -450,6 +478,24 @@ def test_scorer_local_rag(tmp_path, retriever):
     assert sc2.stats()["rag_calls"] == 0 and sc2.stats()["rag_disk_hits"] == 3
     assert [r["score"] for r in again] == [same["score"], bad["score"], empty["score"], ok["score"]]
     sc2.close()
+
+
+def test_scorer_cache_keeps_two_questions_with_the_same_rewrite_apart(tmp_path, retriever):
+    """The local score multiplies by how much of the *raw question* a document covers, so one rewrite text under
+    two questions is two retrievals. Keyed by the rewrite alone, the second question got the first's hits
+    (found by the reward check: the reward scored a teacher rewrite below itself)."""
+    other = "奶蓟草护肝片过期了还能吃吗"
+    cfg = _cfg(tmp_path, judge={"sample_share": 0.0})
+    first = RewardScorer(cfg, _tenant())
+    mine = _teacher_sample(retriever, TEACHER)
+    theirs = _teacher_sample(retriever, TEACHER, qid="q2", query=other)
+    assert retriever.search(TEACHER, 5, question=other) != retriever.search(TEACHER, 5, question=QUERY)
+    a, b = first.score_batch([theirs]), first.score_batch([mine])
+    assert first.stats()["rag_calls"] == 2
+    first.close()
+    fresh = RewardScorer(_cfg(tmp_path / "fresh", judge={"sample_share": 0.0}), _tenant())
+    assert fresh.score_batch([mine]) == b and b[0]["score"] == 0.0      # the teacher's own rewrite: a tie
+    fresh.close()
 
 
 def test_scorer_teacher_fallback_and_sampling(tmp_path, retriever):

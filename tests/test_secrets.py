@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -160,12 +161,19 @@ def test_config_and_errors_never_print_the_key(project, fake_openai, tmp_path):
     assert proc.returncode == 2 and "the API key was rejected" in proc.stderr
 
     # Other statuses quoting the key: recorded failures, redacted; all failing means the stage fails.
+    marker = project.read_jsonl("results/fivedoctors/queries.jsonl")[0]["query"]
+    fake_openai.script(echo_auth=True, fail_if_contains={marker: 400})
+    proc = project.qrewrite("-v", *_teach_args(), env=env, check=False)
+    printed["teach, HTTP 400 for one row"] = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "[REDACTED]" in (project.root / "t.jsonl").read_text()
+    (project.root / "t.jsonl").unlink()
+    shutil.rmtree(project.root / "cache" / "teacher")  # the answered rows would be usable cache hits
     fake_openai.script(echo_auth=True, fail_first={"status": 400, "n": 100})
     proc = project.qrewrite("-v", *_teach_args(), env=env, check=False)
     printed["teach, HTTP 400"] = proc.stdout + proc.stderr
-    assert proc.returncode == 0 and "[REDACTED]" in (project.root / "t.jsonl").read_text()
+    assert proc.returncode == 2 and "[REDACTED]" in proc.stderr and "refused all" in proc.stderr
+    assert not (project.root / "t.jsonl").exists()
     fake_openai.script(echo_auth=True, fail_first={"status": 503, "n": 100})
-    (project.root / "t.jsonl").unlink()
     proc = project.qrewrite("-v", *_teach_args(), env=env, check=False)
     printed["teach, HTTP 503"] = proc.stdout + proc.stderr
     assert proc.returncode == 2 and "[REDACTED]" in proc.stderr and "failed every call" in proc.stderr

@@ -36,9 +36,9 @@ TENANT = "fivedoctors"
 N_QUERIES = 20  # = the teacher's circuit breaker: attempt 1 fails all 20 first calls, attempt 2 gets all 20
 TINY_SFT = {"device": "cpu", "threads": 1,  # one optimizer step: the point is the Slurm GPU path, not training
             "sft": {"max_steps": 1, "per_device_train_batch_size": 1, "per_device_eval_batch_size": 2,
-                    "gradient_accumulation_steps": 1, "max_length": 512, "eval_steps": 1, "save_steps": 1,
+                    "gradient_accumulation_steps": 1, "max_length": 512, "evals_per_epoch": 100,
                     "logging_steps": 1, "learning_rate": 2.0e-4}}
-DATA_RULES = ("build_excel", "ingest", "teacher", "validate", "split", "summarize", "data_card")
+DATA_RULES = ("build_excel", "ingest", "teacher", "validate", "split", "reward_check", "summarize", "data_card")
 SWIFT_RULES = ("base_model", "sft")
 
 

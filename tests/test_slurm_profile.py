@@ -136,8 +136,8 @@ def test_container_dry_run_shows_exact_apptainer_commands(checkout):
         if rule in GPU_RULES:
             assert "--nv" in args.split(), f"GPU rule {rule} without --nv: {cmd}"
             assert image in (images["swift"], images["verl"]), cmd
-        if rule in {"build_excel", "ingest", "teacher", "validate", "split", "summarize", "rl_data", "eval_rewrites",
-                    "eval", "report"}:
+        if rule in {"build_excel", "ingest", "teacher", "validate", "split", "reward_check", "summarize", "rl_data",
+                    "eval_rewrites", "eval", "report"}:
             assert image == images["cpu"], cmd
         assert inner.startswith("set -euo pipefail;") and "qrewrite " in inner, cmd
 

@@ -64,11 +64,6 @@ def test_grpo_batch_must_be_multiple_of_generations():
     assert _opt(argv, "--external_plugins") == str(PLUGIN) and _opt(argv, "--reward_funcs") == "qrewrite_reward"
 
 
-def test_sft_save_eval_steps_check():
-    with pytest.raises(QrewriteError, match="multiple of eval_steps"):
-        sc.sft_cmd(_sft_hp(save_steps=3, eval_steps=2))
-
-
 @pytest.mark.parametrize("build,hp", [(sc.sft_cmd, _sft_hp), (sc.grpo_cmd, _grpo_hp)])
 def test_resume_flag_only_when_a_checkpoint_is_given(build, hp):
     assert "--resume_from_checkpoint" not in build(hp())

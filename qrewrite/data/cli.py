@@ -6,6 +6,7 @@ import logging
 
 from ..cli_args import common, load
 from ..errors import QrewriteError
+from ..lineage.container import with_image
 
 log = logging.getLogger("qrewrite.data")
 
@@ -28,7 +29,7 @@ def cmd_ingest(args) -> None:
     _, tenant = load(args)
     rows, stats = ingest(tenant)
     write_jsonl(args.out, rows)
-    write_json(args.stats, stats)
+    write_json(args.stats, with_image(stats))
     log.info("ingest %s: %s", tenant["name"], stats)
 
 
@@ -44,7 +45,7 @@ def cmd_split(args) -> None:
     stats["warnings"] = check_splits(stats, tenant, validated)  # an empty split raises here: nothing written
     for name in SPLITS:
         write_jsonl(f"{args.out_dir}/{name}.jsonl", splits[name])
-    write_json(args.stats, stats)
+    write_json(args.stats, with_image(stats))
     log.info("split %s: %s", tenant["name"], stats)
 
 
@@ -54,7 +55,8 @@ def cmd_summarize(args) -> None:
     from .summary import build_summary
 
     files = dict(zip(STAGES, args.stats))
-    write_json(args.out, build_summary(args.tenant, {s: read_json(p) for s, p in files.items()}, files))
+    write_json(args.out, build_summary(args.tenant, {s: read_json(p) for s, p in files.items()},
+                                       read_json(args.reward_check), files))
 
 
 def cmd_data_card(args) -> None:
@@ -86,6 +88,7 @@ def register(sub) -> None:
     p = sub.add_parser("summarize", help="per-stage stats → summary.json")
     p.add_argument("--tenant", required=True)
     p.add_argument("--stats", nargs=4, required=True, metavar="JSON", help="ingest, teacher, validate, split stats")
+    p.add_argument("--reward-check", required=True, help="results/T/reward_check.json (its figures go into the summary)")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_summarize)
 

@@ -13,6 +13,8 @@ from openpyxl.utils.exceptions import InvalidFileException
 from ..errors import QrewriteError
 from ..io_utils import atomic_path, read_jsonl
 
+# The fields a tenant's sheet may have (tenants[].columns): query is required, the rest optional.
+COLUMN_KEYS = ("query", "profile", "history", "gold", "difficulty", "rewrite")
 _OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # encrypted .xlsx and legacy .xls are OLE containers
 _FIXED_TIME = dt.datetime(2020, 1, 1)
 
@@ -49,7 +51,7 @@ def _cell_text(value) -> str:
 
 
 def read_excel(path: str | Path, columns: dict, sheet: str | None = None) -> list[dict]:
-    """Rows as dicts with keys query/profile/history/gold/difficulty and `row` (1-based Excel row number).
+    """Rows as dicts with keys query/profile/history/gold/difficulty/rewrite (those configured) and `row` (1-based Excel row number).
 
     Every configured column must be in the header (a column that is absent is configured as null); errors
     name the file, row and column. Rows whose cells are all empty are skipped silently (Excel
@@ -66,7 +68,7 @@ def read_excel(path: str | Path, columns: dict, sheet: str | None = None) -> lis
             raise QrewriteError(f"sheet {ws.title!r} is empty", file=str(path),
                                 hint="the first row must hold the column headers")
         header = [_cell_text(c.value) for c in ws[1]]
-        wanted = {key: columns.get(key) for key in ("query", "profile", "history", "gold", "difficulty")}
+        wanted = {key: columns.get(key) for key in COLUMN_KEYS}
         index: dict[str, int] = {}
         for key, name in wanted.items():
             if name is None:
@@ -112,14 +114,15 @@ def build_excel(source: str | Path, out: str | Path, columns: dict) -> int:
     wb = openpyxl.Workbook()
     ws = wb.active
     ws.title = "queries"
-    keys = [k for k in ("query", "profile", "history", "gold", "difficulty") if columns.get(k)]
+    keys = [k for k in COLUMN_KEYS if columns.get(k)]
     ws.append([columns[k] for k in keys])
     for i, r in enumerate(rows, 1):
         if not isinstance(r.get("query"), str):
             raise QrewriteError("missing or non-string field", file=str(source), row=i, column="query",
                                 hint="every line of the demo source needs a \"query\" string")
         values = {"query": r["query"], "profile": r.get("profile", ""), "history": r.get("history", ""),
-                  "gold": ",".join(r.get("gold_doc_ids", [])), "difficulty": _difficulty(r)}
+                  "gold": ",".join(r.get("gold_doc_ids", [])), "difficulty": _difficulty(r),
+                  "rewrite": r.get("rewrite", "")}
         ws.append([values[k] for k in keys])
     wb.properties.created = wb.properties.modified = _FIXED_TIME
     with atomic_path(out) as tmp:

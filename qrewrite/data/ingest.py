@@ -57,6 +57,8 @@ def ingest(tenant: dict) -> tuple[list[dict], dict]:
                "history": history, "gold_doc_ids": known}
         if "difficulty" in rec:  # columns.difficulty configured
             row["difficulty"] = rec["difficulty"]
+        if "rewrite" in rec:  # columns.rewrite configured: the tenant's own reference rewrite
+            row["reference"] = re.sub(r"\s+", " ", rec["rewrite"]).strip()
         rows.append(row)
     if not rows:  # every row dropped: an empty queries.jsonl would run every later stage on nothing
         raise QrewriteError(

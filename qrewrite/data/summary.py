@@ -6,8 +6,10 @@ from ..errors import QrewriteError
 from ..paths import STAGES
 
 
-def build_summary(tenant: str, stats: dict[str, dict], stats_files: dict[str, str] | None = None) -> dict:
-    """`stats_files`: stage → the stats file it came from, named in errors."""
+def build_summary(tenant: str, stats: dict[str, dict], reward_check: dict,
+                  stats_files: dict[str, str] | None = None) -> dict:
+    """``reward_check``: the reward_check stage's document; its judge and reward figures join ``signals``.
+    ``stats_files``: stage → the stats file it came from, named in errors."""
     stats_files = stats_files or {}
     missing = [s for s in STAGES if s not in stats]
     if missing:
@@ -31,10 +33,23 @@ def build_summary(tenant: str, stats: dict[str, dict], stats_files: dict[str, st
                                                           "failed_calls", "tokens", "cost_usd", "unchanged_share")},
         "retrieval": {"hit_at_1": stats["validate"]["hit_at_1"],
                       "rewrite_beats_original_share": stats["validate"]["rewrite_beats_original_share"]},
-        "signals": stats["validate"].get("signals"),
+        "signals": {**(stats["validate"].get("signals") or {}), "reward_check": summary_signals(reward_check)},
         "splits": stats["split"]["splits"],
         # Share of rows the split stage dropped (thresholds.top1 and other reasons) per difficulty label: a
         # threshold that drops mostly hard rows makes the test split easier than the tenant's real traffic.
         "drops_by_difficulty": stats["split"].get("by_difficulty", {}),
         "stages": stats,
     }
+
+
+def summary_signals(doc: dict) -> dict:
+    """What summary.json and eval.json show of reward_check.json (qrewrite.reward.check)."""
+    j = doc["judge"]
+    lab = j.get("labelled") or {}
+    return {"judge_auc_derived": j["derived"]["auc"],
+            "judge_auc_derived_by_kind": {k: v["auc"] for k, v in j["derived"]["by_failure"].items()},
+            "judge_auc_labelled": (lab.get("all") or {}).get("auc"),
+            "judge_auc_labelled_heldout": (lab.get("heldout") or {}).get("auc"),
+            "reward_preference": (doc["reward"] or {}).get("preference"),
+            "refusal": doc["refusal"]}
+

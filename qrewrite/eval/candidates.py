@@ -12,7 +12,8 @@ Kinds (config `eval.candidates[].kind`):
   `eval.gpu_hour_usd` per hour of generation time.
 
 A failed call is a row with `status: error`, never the query passed off as a rewrite; `qrewrite eval`
-scores it as an empty rewrite (nothing retrieved, judge 1) and counts it.
+scores it as an empty rewrite (nothing retrieved, judge 1) and counts it. An API candidate none of whose rows
+got a rewrite stops with the reason (exit 2) instead of writing them.
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ def teacher_rewrites(spec: dict, rows: list[dict], teacher_path: str, cfg: dict 
 async def _api_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict]) -> list[dict]:
     from ..prompts import rewrite_messages
     from ..cache import DiskCache, call_key
-    from ..openai_chat import CallFailed
+    from ..openai_chat import CallFailed, nothing_usable
     from ..teacher.openai_teacher import OpenAITeacher
 
     teacher = OpenAITeacher(spec["openai"], cfg["teacher"]["prices"])
@@ -149,9 +150,13 @@ async def _api_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict]) -
                 "cost_usd": hit.get("cost_usd"), "usage": hit["usage"]}
 
     try:
-        return list(await asyncio.gather(*(one(r) for r in rows)))
+        out = list(await asyncio.gather(*(one(r) for r in rows)))
     finally:
         await teacher.aclose()
+    error = nothing_usable(teacher, out, f"eval candidate {spec['name']}")
+    if error is not None:
+        raise error
+    return out
 
 
 def api_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict]) -> list[dict]:

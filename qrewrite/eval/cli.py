@@ -58,7 +58,7 @@ def _rewrites(args, generate: bool) -> None:
 def cmd_eval(args) -> None:
     from pathlib import Path
 
-    from ..io_utils import read_jsonl, write_json, write_jsonl
+    from ..io_utils import read_json, read_jsonl, write_json, write_jsonl
     from .candidates import eval_rows, extra_rows
     from .score import evaluate
 
@@ -79,7 +79,9 @@ def cmd_eval(args) -> None:
     if missing:
         raise QrewriteError(f"no rewrites given for candidates {missing}",
                             hint="pass every candidate's results/T/eval/<candidate>.jsonl with --rewrites")
-    doc, examples, plots = evaluate(cfg, tenant, rows, rewrites, info, extra=extra)
+    references = {r["id"]: r["rewrite"] for r in read_jsonl(args.teacher) if r.get("status") == "ok"}
+    doc, examples, plots = evaluate(cfg, tenant, rows, rewrites, info, extra=extra, references=references,
+                                    reward_check=read_json(args.reward_check))
     write_json(args.out, doc)
     write_jsonl(args.examples, examples)
     write_json(args.plots, plots)
@@ -105,7 +107,8 @@ def register(sub) -> None:
 
     p = sub.add_parser("eval", help="score every candidate: retrieval vs gold, reranker, judge, win/tie/loss, "
                        "latency, cost, paired intervals → eval.json, examples.jsonl, plots.json")
-    common(p, "--test", "--queries")
+    common(p, "--test", "--queries", ("--teacher", "results/T/teacher.jsonl: the reference the judge grades against"),
+           ("--reward-check", "results/T/reward_check.json: the judge's and the reward's checks, shown in eval.json"))
     p.add_argument("--rewrites", required=True, nargs="+", help="every candidate's eval-generate / eval-rewrites output")
     p.add_argument("--out", required=True, help="reports/T/eval.json")
     p.add_argument("--examples", required=True, help="reports/T/examples.jsonl")

@@ -22,7 +22,7 @@ from ..reward import reward_settings
 from ..reward.formula import win
 from ..reward.judges import make_tenant_judge
 from ..reward.verdict import judge_sampled
-from ..signals import judge_auc, load_judge_labels
+from ..data.summary import summary_signals
 from . import stats
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,11 @@ JUDGE_SALT = "eval"  # judge_sampled(query_id, JUDGE_SALT, share): a per-query d
 
 
 async def _score_candidate(rag, judge, rows: list[dict], rewrites: dict[str, dict], share: float,
-                           quality: str) -> list[dict]:
+                           quality: str, references: dict[str, str] | None = None) -> list[dict]:
+    """``references``: query id → the rewrite the judge grades against (the teacher's; a gold row's checked
+    rewrite); a row without one is judged on form only."""
+    references = references or {}
+
     async def one(row: dict) -> dict:
         rw = rewrites[row["query_id"]]
         text = (rw.get("rewrite") or "").strip() if rw.get("status") == "ok" else ""
@@ -42,7 +46,8 @@ async def _score_candidate(rag, judge, rows: list[dict], rewrites: dict[str, dic
         ranking = gold_ranking(hits, row["gold_doc_ids"]) if has_gold else None
         verdict = None
         if judge_sampled(row["query_id"], JUDGE_SALT, share):
-            verdict = await judge.judge(row["query"], row["profile"], row["history"], text)
+            verdict = await judge.judge(row["query"], row["profile"], row["history"], text,
+                                        references.get(row["query_id"]))
         return {
             "query_id": row["query_id"], "rewrite": text, "status": rw.get("status"),
             "hits": [h["doc_id"] for h in hits], "gold_rank": ranking["gold_rank"] if has_gold else None,
@@ -73,7 +78,7 @@ def _cost_per_1k(rewrites: list[dict], kind: str) -> tuple[float | None, str]:
 
 
 async def _score_all(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[str, list[dict]],
-                     gold_rows: list[dict] | None = None) -> dict:
+                     gold_rows: list[dict] | None = None, references: dict[str, str] | None = None) -> dict:
     settings = reward_settings(cfg)
     rag = make_rag(cfg, tenant)
     judge = make_tenant_judge(settings, tenant, settings["cache_dir"], rag)
@@ -81,36 +86,39 @@ async def _score_all(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[s
     try:
         out = {}
         for name, by_id in _by_id(rewrites, rows, "eval queries").items():
-            out[name] = await _score_candidate(rag, judge, rows, by_id, share, cfg["rag"]["quality"])
+            out[name] = await _score_candidate(rag, judge, rows, by_id, share, cfg["rag"]["quality"], references)
         gold = {}
         if gold_rows:  # after the split's rows, so the judge counters above stay the split's own
             from .sets import CHECKED
 
             checked = {r["query_id"]: {"status": "ok", "rewrite": r["checked_rewrite"]} for r in gold_rows}
+            gold_refs = {r["query_id"]: r["checked_rewrite"] for r in gold_rows}  # what a person checked
             for name, rws in [(CHECKED, None), *rewrites.items()]:
                 by_id = checked if rws is None else {r["query_id"]: r for r in rws}
                 missing = [r["query_id"] for r in gold_rows if r["query_id"] not in by_id]
                 if missing:
                     raise QrewriteError(f"candidate {name} has no rewrite for {len(missing)} gold-set rows "
                                         f"(first: {missing[0]})", hint="rerun its eval-rewrites step")
-                gold[name] = await _score_candidate(rag, judge, gold_rows, by_id, share, cfg["rag"]["quality"])
+                gold[name] = await _score_candidate(rag, judge, gold_rows, by_id, share, cfg["rag"]["quality"],
+                                                    gold_refs)
         judge_stats = judge.stats() if hasattr(judge, "stats") else {}
-        labels = None
-        if tenant.get("judge_labels"):
-            # Measured after the candidates, so the judge's call counters above are the candidates' own.
-            labels = {"path": tenant["judge_labels"],
-                      **await judge_auc(judge, load_judge_labels(tenant["judge_labels"]))}
+        if getattr(judge, "calls", 0) and getattr(judge, "refused_everything", lambda: False)():
+            raise judge.refusal_error()  # no judge score came back: an eval without them must not exit 0
         return {"scored": out, "gold": gold, "judge_stats": judge_stats, "judge_model": getattr(judge, "model", None),
-                "judge_provider": getattr(judge, "provider", None), "judge_labels": labels}
+                "judge_provider": getattr(judge, "provider", None)}
     finally:
         await rag.aclose()
         await judge.aclose()
 
 
 def evaluate(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[str, list[dict]],
-             info: dict[str, dict] | None = None, extra: list[dict] | None = None) -> tuple[dict, list[dict], list[dict]]:
+             info: dict[str, dict] | None = None, extra: list[dict] | None = None,
+             references: dict[str, str] | None = None,
+             reward_check: dict | None = None) -> tuple[dict, list[dict], list[dict]]:
     """(eval.json document, examples rows, plots rows) for `rewrites` = {candidate: rewrite rows}. `extra`: gold
-    and red-team rows (`candidates.extra_rows`), reported apart under `gold_set` / `red_team`."""
+    and red-team rows (`candidates.extra_rows`), reported apart under `gold_set` / `red_team`. `references`:
+    query id → the teacher's rewrite, which the judge grades every candidate against; `reward_check`: the
+    reward_check stage's document, whose judge and reward figures eval.json repeats under `signals`."""
     from .sets import gold_section, red_team_section
 
     gold_rows = [r for r in extra or [] if r["set"] == "gold"]
@@ -127,7 +135,7 @@ def evaluate(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[str, list
     if cfg["rag"]["top_k"] < 5:
         raise QrewriteError(f"rag.top_k is {cfg['rag']['top_k']}: Hit@5 needs at least 5 retrieved documents",
                             hint="set rag.top_k: 5 or more")
-    res = asyncio.run(_score_all(cfg, tenant, rows, rewrites, gold_rows))
+    res = asyncio.run(_score_all(cfg, tenant, rows, rewrites, gold_rows, references))
     scored = res["scored"]
     boot = ecfg["bootstrap"]
     bkw = dict(samples=boot["samples"], seed=boot["seed"], confidence=boot["confidence"])
@@ -186,7 +194,10 @@ def evaluate(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[str, list
                                                                          ecfg["judge_sample_share"])),
                   **res["judge_stats"]},
         "bootstrap": boot,
-        "signals": {"judge_auc": res["judge_labels"]},
+        # the judge's AUC (derived labels per kind of bad; hand labels, all and held-out) and the reward's
+        # preference, from results/T/reward_check.json: what the judge column above can be trusted for
+        "signals": {"reward_check": summary_signals(reward_check) if reward_check else None,
+                    "judge": (reward_check or {}).get("judge"), "reward": (reward_check or {}).get("reward")},
         "headline": headline,
         "candidates": candidates,
         "comparisons": comparisons,

@@ -8,6 +8,9 @@ A lineage file records, for one model directory:
 * `upstream`: every artifact back to the raw Excel (and the demo source it is built from), each with its
   sha256 and the rule + inputs that made it, walked through the stage table (`qrewrite.workflow.stages.upstream`);
 * `model`: the model directory's own files and their sha256 (lineage.json itself excluded);
+* `env.container`: the image the rule ran in (runtime, reference, sha256 digest; null on the host), which
+  `verify` compares with the image the rule names now (`qrewrite.lineage.container`); an input that is one of
+  that image's own files (`in_image`, e.g. the GGUF inside the pinned package) is checked through that digest;
 * `samples`: row-level provenance of the training data: every SFT sample's `meta` names its query id, raw
   Excel row and teacher call key; `verify` checks each link against queries.jsonl and teacher.jsonl;
 * the rule, its exact params, the validated config (secret-looking values stripped), code version (git

@@ -9,6 +9,7 @@ import subprocess
 
 from .. import REPO, __version__
 from ..io_utils import sha256_file, sha256_json
+from .container import running_image
 
 
 def _git(*args: str) -> str | None:
@@ -28,18 +29,23 @@ def code_version() -> dict:
     return {"git_commit": commit, "dirty": bool(status), "qrewrite_version": __version__}
 
 
+def _hashes(rels: list[str]) -> dict:
+    return {rel: (sha256_file(REPO / rel) if (REPO / rel).is_file() else None) for rel in rels}
+
+
 def env_fingerprint(env: str) -> dict:
-    """Hashes of the pinned requirements (envs/torch.txt + envs/<env>.txt) and containers/<env>.def."""
-    files = {f"envs/{name}": REPO / "envs" / name for name in ("torch.txt", f"{env}.txt")}
-    reqs = {rel: (sha256_file(p) if p.is_file() else None) for rel, p in files.items()}
-    container = REPO / "containers" / f"{env}.def"
+    """Hashes of the pinned requirements (envs/torch.txt + envs/<env>.txt) and of the image's recipe
+    (containers/base.Containerfile + containers/<env>.Containerfile), and the image this runs in (its digest;
+    None on the host)."""
+    reqs = _hashes([f"envs/{name}" for name in ("torch.txt", f"{env}.txt")])
+    recipe = _hashes(["containers/base.Containerfile", f"containers/{env}.Containerfile"])
     return {
         "name": env,
         "requirements": reqs,
         "requirements_sha256": sha256_json(reqs) if all(reqs.values()) else None,
-        "container_def": f"containers/{env}.def",
-        "container_def_sha256": sha256_file(container) if container.is_file() else None,
-        "in_container": bool(os.environ.get("APPTAINER_CONTAINER") or os.environ.get("SINGULARITY_CONTAINER")),
+        "container_recipe": recipe,
+        "container_recipe_sha256": sha256_json(recipe) if all(recipe.values()) else None,
+        "container": running_image(),
     }
 
 

@@ -11,6 +11,7 @@ from ..io_utils import read_jsonl, sha256_file, sha256_json, write_json
 from ..reward import RULE_JUDGE_MODEL
 from ..secret import assert_no_secrets, strip_secrets
 from .document import FORMAT, LINEAGE_FILE, model_files
+from .container import in_image
 from .environment import code_version, env_fingerprint, run_info
 from .hashing import files_digest
 from .upstream import artifact_entry, artifact_key, upstream_closure
@@ -108,6 +109,8 @@ def write_lineage(model_dir: str, *, rule: str, tenant: str | None, inputs: dict
         rel = _rel(path)
         key = artifact_key(rel, tcfg)
         direct[name] = artifact_entry(key, rel)
+        if in_image(rel):
+            direct[name]["in_image"] = True
         if key is not None:
             start_keys.append(key)
         if "lineage" in direct[name]:

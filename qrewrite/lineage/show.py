@@ -19,9 +19,11 @@ def render_tree(model_dir: str | os.PathLike) -> str:
              + (f" (tenant {m['tenant']})" if m.get("tenant") else "")]
     code, run, env = doc["code"], doc["run"], doc["env"]
     dirty = "" if code.get("git_commit") is None else (" (dirty)" if code.get("dirty") else " (clean)")
+    image = env.get("container")
     lines.append(f"  code: {code.get('git_commit') or 'unknown'}{dirty}; env {env['name']} "
-                 f"requirements {str(env.get('requirements_sha256'))[:12]}, container "
-                 f"{str(env.get('container_def_sha256'))[:12]}")
+                 f"requirements {str(env.get('requirements_sha256'))[:12]}, recipe "
+                 f"{str(env.get('container_recipe_sha256'))[:12]}; "
+                 + (f"image {image['digest'][:19]} ({image['runtime']} {image['image']})" if image else "no container"))
     lines.append(f"  run: {run['started']} → {run['ended']} on {run['host']}"
                  + (f", Slurm job {run['slurm_job_id']}" if run.get("slurm_job_id") else ""))
     pv = doc["providers"]

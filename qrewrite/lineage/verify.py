@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..errors import QrewriteError
 from ..io_utils import read_jsonl, sha256_file
+from .container import image_digest
 from .document import load_lineage, model_files
 from .hashing import hash_path
 
@@ -24,6 +25,26 @@ def _check(entry: dict, root: Path) -> str | None:
     if kind != entry["type"]:
         return f"was a {entry['type']}, is a {kind}"
     return None if digest == entry["sha256"] else f"sha256 {digest[:12]}… != recorded {entry['sha256'][:12]}…"
+
+
+def _check_image(doc: dict, root: Path) -> tuple[str, str] | None:
+    """A model made in a container: the image its rule names now (the recorded config's `containers:` entry
+    of its env) must be the image it ran in. A model made on the host records no image: nothing to check."""
+    env = doc.get("env") or {}
+    ran, rule = env.get("container"), doc["model"]["rule"]
+    if not ran:
+        return None
+    named = ((doc.get("config") or {}).get("containers") or {}).get(env.get("name"))
+    if not named:
+        return f"containers.{env.get('name')}", f"rule {rule} ran in image {ran['digest']}, and the config names none"
+    try:
+        digest = image_digest(named, root)
+    except QrewriteError as exc:
+        return named, f"rule {rule} ran in image {ran['digest'][:19]}…, which cannot be checked here: {exc}"
+    if digest != ran["digest"]:
+        return named, (f"rule {rule} ran in image {ran['digest'][:19]}… ({ran['runtime']} {ran['image']}), "
+                       f"but the image it names is {digest[:19]}…")
+    return None
 
 
 def _check_samples(doc: dict, root: Path) -> list[tuple[str, str]]:
@@ -64,6 +85,8 @@ def verify_lineage(model_dir: str | os.PathLike, _seen: set | None = None) -> li
         if why:
             problems.append((entry["path"], why))
     for name, entry in doc["inputs"].items():
+        if entry.get("in_image") and not (root / entry["path"]).exists():
+            continue  # a file of the image the model was made in: checked through the image's digest below
         if entry["path"] not in {e["path"] for e in doc["upstream"]}:
             why = _check(entry, root)
             if why:
@@ -86,6 +109,9 @@ def verify_lineage(model_dir: str | os.PathLike, _seen: set | None = None) -> li
                          {f for f in files if f in doc["model"]["files"] and files[f] != doc["model"]["files"][f]})
         problems.append((f"{doc['model']['dir']}/{changed[0]}" if changed else doc["model"]["dir"],
                          "model file changed, added or removed"))
+    image = _check_image(doc, root)
+    if image:
+        problems.append(image)
     if not problems:
         problems += _check_samples(doc, root)
     # first upstream first, each artifact once

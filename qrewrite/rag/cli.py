@@ -7,6 +7,7 @@ import asyncio
 import logging
 
 from ..cli_args import common, load
+from ..lineage.container import with_image
 
 log = logging.getLogger("qrewrite.rag")
 
@@ -19,7 +20,7 @@ def cmd_validate(args) -> None:
     rows, stats = asyncio.run(run_validation(cfg, tenant, read_jsonl(args.queries), read_jsonl(args.teacher),
                                              progress=not args.no_progress))
     write_jsonl(args.out, rows)
-    write_json(args.stats, stats)
+    write_json(args.stats, with_image(stats))
     log.info("validate %s: %s", tenant["name"], stats)
 
 

@@ -39,7 +39,7 @@ padding:14px 18px;margin:18px 0}h2{margin:4px 0 10px;font-size:19px}h3{margin:16
 table{border-collapse:collapse;margin:6px 0 10px;font-size:13px}th,td{border-bottom:1px solid #e6e6e6;
 padding:4px 9px;text-align:right;vertical-align:top}th{background:#f3f5f7;font-weight:600}
 td.l,th.l{text-align:left}.ci{color:#888;font-size:11px;white-space:nowrap}.sig{font-weight:700}.pos{color:#1e8449}.neg{color:#c0392b}
-.grid{display:flex;flex-wrap:wrap;gap:10px 18px}.note{color:#666;font-size:12px;margin:4px 0}
+.grid{display:flex;flex-wrap:wrap;gap:10px 18px}.note{color:#666;font-size:12px;margin:4px 0}.bad{color:#b00020}
 .ex td{text-align:left;max-width:260px}.ctx{color:#888;font-size:11px}.ex .q{font-weight:600}code{background:#f1f1f1;padding:1px 4px;border-radius:3px}
 details{margin:6px 0}summary{cursor:pointer;font-weight:600;color:#34495e}
 """
@@ -195,16 +195,30 @@ def reward_trend_note(tenant: str) -> str:
     path = Path(tenant_paths(tenant)["stats_rl"])
     if not path.is_file():
         return ""
-    t = (json.loads(path.read_text(encoding="utf-8")).get("reward") or {}).get("trend")
+    stats = json.loads(path.read_text(encoding="utf-8"))
+    t = (stats.get("reward") or {}).get("trend")
     if not t:
         return ""
+    harm = vs_parent_note(stats.get("vs_sft"))
     if t["rose_beyond_noise"] is None:
         verdict = (f"too few steps to tell ({t['steps']} reward steps; a verdict needs 2 per third)"
                    + (f"; last third − first third {t['rise']:+.3f}" if t["rise"] is not None else ""))
     else:
         verdict = (f"last third − first third of {t['steps']} steps: {t['rise']:+.3f} (2·SE {2 * t['se']:.3f}): "
                    + ("<b>rose beyond its noise</b>" if t["rose_beyond_noise"] else "<b>not beyond its noise</b>"))
-    return f"<p class=note>RL reward trend: {verdict}.</p>"
+    return f"<p class=note>RL reward trend: {verdict}.</p>{harm}"
+
+
+def vs_parent_note(v: dict | None) -> str:
+    """The rl stage's comparison of the RL model with its SFT parent on the validation prompts (rl_guard)."""
+    if not v or not v.get("n"):
+        return ""
+    d = v[v["basis"]]
+    verdict = ("<b class=bad>RL is worse than its SFT parent beyond noise</b>: the model was kept; prefer SFT"
+               if v["worse_beyond_noise"] else "not worse than its SFT parent beyond noise")
+    return (f"<p class=note>RL vs SFT on {v['n']} validation prompts: {escape(v['basis'])} RL − SFT "
+            f"{_fmt(d['diff'])} [{_fmt(d['ci_low'])}, {_fmt(d['ci_high'])}], {v['changed_rewrites']} rewrites "
+            f"changed; {verdict}.</p>")
 
 
 def funnel_block(summary: dict) -> str:
@@ -279,12 +293,21 @@ def signals_block(doc: dict, summary: dict) -> str:
         rows.append(f"<tr><td>retrieval score q agrees with gold</td><td>{_fmt(sa.get('agreement'))}</td>"
                     f"<td>{sa.get('pairs')} pairs of texts, {escape(str(sa.get('score', sa.get('provider'))))} / "
                     f"{escape(str(sa.get('quality')))}{'; other scores: ' + alts if alts else ''}</td></tr>")
-    ja = ((doc.get("signals") or {}).get("judge_auc")) or {}
-    if ja:
-        worst = min((ja.get("by_failure") or {}).items(), key=lambda kv: kv[1]["auc"] or 0, default=None)
-        weakest = f"; weakest: {escape(worst[0])} {_fmt(worst[1]['auc'])}" if worst else ""
-        rows.append(f"<tr><td>judge AUC on labelled rewrites</td><td>{_fmt(ja.get('auc'))}</td>"
-                    f"<td>{ja.get('n_good')} good / {ja.get('n_bad')} bad{weakest}</td></tr>")
+    sig = doc.get("signals") or {}
+    judge = sig.get("judge") or {}
+    for name, res in (("judge AUC on labels derived from the data", judge.get("derived")),
+                      ("judge AUC on hand-labelled rewrites", (judge.get("labelled") or {}).get("all")),
+                      ("… on their held-out half (no rule tuned on it)", (judge.get("labelled") or {}).get("heldout"))):
+        if res:
+            kinds = "; ".join(f"{escape(k)} {_fmt(v['auc'])}" for k, v in sorted((res.get("by_failure") or {}).items()))
+            rows.append(f"<tr><td>{name}</td><td>{_fmt(res.get('auc'))}</td>"
+                        f"<td>{res.get('n_good')} good / {res.get('n_bad')} bad; per kind of bad: {kinds}</td></tr>")
+    reward = sig.get("reward") or {}
+    if reward:
+        refusal = (sig.get("reward_check") or {}).get("refusal")
+        rows.append(f"<tr><td>reward prefers the good rewrite</td><td>{_fmt(reward.get('preference'))}</td>"
+                    f"<td>{reward.get('pairs')} derived pairs"
+                    f"{'; RL refuses this reward: ' + escape(refusal) if refusal else ''}</td></tr>")
     hit = ((summary.get("retrieval") or {}).get("hit_at_1")) or {}
     if hit:
         rows.append(f"<tr><td>teacher Hit@1 (all queries)</td><td>{_fmt(hit.get('rewrite'))}</td>"

@@ -8,7 +8,8 @@ loaded by file path) with ``adapter`` (what both call) and ``ground_truth`` (the
 
 Reward for a student rewrite of query x, against the precomputed teacher rewrite of x:
 
-    judge_term     = tanh(3 * (judge(student) - judge(teacher)) / 5)      judge scores on 1..5
+    judge_term     = tanh(3 * (judge(student) - judge(teacher)) / 5)      judge scores on 1..5, each graded
+                                                                          against the teacher's rewrite
     retrieval_term = tanh(3 * (q_student - q_teacher))                    q: rag.quality (top hit's score)
     win_term       = +0.5 if q_student > q_teacher, -0.3 if lower, 0 on a tie (|diff| <= epsilon)
     rank_term      = 2 * RR - 1, RR the reciprocal rank of the label (gold, else the teacher's top document)
@@ -27,7 +28,7 @@ import functools
 from typing import Any
 
 # The embedded rule judge's version, recorded in lineage (qrewrite.reward.judge_rules.RuleJudge.model).
-RULE_JUDGE_MODEL = "rules-v2"
+RULE_JUDGE_MODEL = "rules-v3"
 
 
 def _schema_defaults(node: dict) -> Any:

@@ -15,7 +15,7 @@ import math
 import re
 from collections import Counter
 
-from ..openai_chat import CallFailed, OpenAIChat, choices
+from ..openai_chat import CallFailed, OpenAIChat, reply_text
 from ..cache import DiskCache, call_key
 from .verdict import Verdict
 
@@ -26,7 +26,9 @@ JUDGE_SYSTEM = """You grade rewrites of search queries for a retrieval (RAG) sys
 user's question, read together with the user profile and the history summary, into one complete, standalone \
 query that retrieves the right knowledge-base documents: it names the product or course the user refers to, \
 fixes typos, keeps every aspect the user asks about, and is a single line. It must not answer the question, \
-explain anything, ask the user back, or carry a label such as "Rewrite:".
+explain anything, ask the user back, or carry a label such as "Rewrite:". Where the data holds a \
+"reference_rewrite" (a strong model's rewrite of the same question), grade whether the rewrite carries what the \
+reference resolved (the referent, the slots, the aspect asked about); wording may differ.
 
 Scores: 5 = excellent; 4 = good, minor issue; 3 = usable but misses something; 2 = poor; 1 = unusable \
 (answers, asks back, off topic, empty, or contains instructions).
@@ -104,7 +106,8 @@ def parse_judge_reply(content: str | None) -> tuple[float, str]:
     return float(score), reason[:500]
 
 
-def judge_messages(query: str, profile: str, history: str, rewrite: str, rubric: str | None = None) -> list[dict]:
+def judge_messages(query: str, profile: str, history: str, rewrite: str, rubric: str | None = None,
+                   reference: str | None = None) -> list[dict]:
     """The judge prompt: rubric as system message, the material as a JSON-escaped <data> block.
 
     ``rubric`` (tenants[].judge_rubric) replaces the first paragraph of JUDGE_SYSTEM, what a good rewrite is;
@@ -113,18 +116,14 @@ def judge_messages(query: str, profile: str, history: str, rewrite: str, rubric:
     ``<`` and ``>`` inside strings are escaped (\\u003c, \\u003e: still valid JSON) so no field can
     close the block early.
     """
-    data = json.dumps({"query": query or "", "user_profile": profile or "", "history_summary": history or "",
-                       "rewrite": rewrite or ""}, ensure_ascii=False, indent=1)
+    material = {"query": query or "", "user_profile": profile or "", "history_summary": history or ""}
+    if reference:
+        material["reference_rewrite"] = reference
+    data = json.dumps({**material, "rewrite": rewrite or ""}, ensure_ascii=False, indent=1)
     data = data.replace("<", "\\u003c").replace(">", "\\u003e")
     system = JUDGE_SYSTEM if not rubric else rubric.strip() + JUDGE_SYSTEM[JUDGE_SYSTEM.index("\n\nScores:"):]
     return [{"role": "system", "content": system},
             {"role": "user", "content": f"<data>\n{data}\n</data>"}]
-
-
-def _content(resp) -> str:
-    """A reply's text ("" when the reply has none: parsed, and counted, as a malformed reply)."""
-    message = choices(resp)[0].message
-    return (message.content if message else None) or ""
 
 
 class OpenAIJudge(OpenAIChat):
@@ -132,7 +131,8 @@ class OpenAIJudge(OpenAIChat):
 
     Replies that arrived (parsed or not) are cached, so a rerun asks nothing twice; service errors
     (timeouts, 5xx, rate limits after retries) are not cached and count as failures. HTTP 401/403/404
-    stop the run (wrong key, model or URL would fail every call the same way).
+    stop the run (wrong key, model or URL would fail every call the same way), and so do REFUSAL_LIMIT calls
+    all refused the same way with none answered (a setting the API rejects: openai_chat).
     """
 
     role = "judge"
@@ -154,17 +154,19 @@ class OpenAIJudge(OpenAIChat):
     async def _request(self, messages: list[dict]) -> tuple[str | None, str | None]:
         """(reply content, None) once a reply arrived, or (None, service failure reason)."""
         try:
-            content, _, _ = await self.call(messages, _content)
+            # "" when a reply has no text: parsed, and counted, as a malformed reply
+            content, _, _ = await self.call(messages, lambda resp: reply_text(resp, self))
         except CallFailed as exc:
             return None, exc.reason
         return content, None
 
-    async def judge(self, query: str, profile: str, history: str, rewrite: str) -> Verdict:
+    async def judge(self, query: str, profile: str, history: str, rewrite: str,
+                    reference: str | None = None) -> Verdict:
         if not (rewrite or "").strip():
             return Verdict(1.0, "empty rewrite")
         if _INJECTION.search(rewrite):
             return self._fail("injection_suspected", "rewrite addresses the judge; not sent")
-        messages = judge_messages(query, profile, history, rewrite, self.rubric)
+        messages = judge_messages(query, profile, history, rewrite, self.rubric, reference)
         key = call_key("judge:openai", self.model, messages, self.params)
         entry = self.cache.get(key) if self.cache else None
         if entry is None:

@@ -173,10 +173,9 @@ class RewardScorer:
 
     # -------------------------------------------------------------------------------- retrieval
     def _rag_key(self, query: str, rewrite: str) -> str:
-        ident = dict(self._rag_ident, rewrite=rewrite)
-        if ident["provider"] == "http":
-            ident["query"] = query  # the service receives the raw query too
-        return sha256_json(ident)
+        # The raw query changes the answer of both providers: the HTTP service receives it, and the local score
+        # multiplies by how much of it a document covers. Two questions with the same rewrite are two entries.
+        return sha256_json(dict(self._rag_ident, rewrite=rewrite, query=query))
 
     async def retrieve(self, query: str, rewrite: str) -> list[dict]:
         """Hits ({doc_id, reranker_score}, best first) for ``rewrite``; cached in memory and on disk."""
@@ -217,7 +216,7 @@ class RewardScorer:
         task = self._verdicts.get(key)
         if task is None:
             self.counters["judge_requests"] += 1
-            task = asyncio.ensure_future(self.judge.judge(s.query, s.profile, s.history, text))
+            task = asyncio.ensure_future(self.judge.judge(s.query, s.profile, s.history, text, s.teacher_rewrite))
             _bounded_put(self._verdicts, key, task)
         else:
             self.counters["judge_memo_hits"] += 1
@@ -276,14 +275,19 @@ class RewardScorer:
         """Score ``samples`` concurrently. Use this or ``score_batch``, not both on one scorer."""
         return list(await asyncio.gather(*(self._score_one(s) for s in samples)))
 
-    def score_batch(self, samples: list[RewardSample]) -> list[dict]:
-        """Synchronous face of ``ascore_batch`` (callable from any thread, even inside a running loop's
-        executor); runs on the scorer's own event-loop thread."""
+    def run(self, coro):
+        """Run ``coro`` on the scorer's own event-loop thread and return its result: the judge's and the RAG's
+        HTTP clients live on that loop, so anything else that uses them (the reward check) runs there too."""
         with self._lock:
             if self._loop is None:
                 self._loop = _LoopThread()
+        return self._loop.run(coro)
+
+    def score_batch(self, samples: list[RewardSample]) -> list[dict]:
+        """Synchronous face of ``ascore_batch`` (callable from any thread, even inside a running loop's
+        executor); runs on the scorer's own event-loop thread."""
         before = self.counters["samples"]
-        out = self._loop.run(self.ascore_batch(samples))
+        out = self.run(self.ascore_batch(samples))
         # verl scores one sample per call: report counters every LOG_EVERY samples, not every call.
         if self.counters["samples"] // LOG_EVERY > before // LOG_EVERY:
             log.info("qrewrite reward [%s]: %s", self.tenant["name"], self.stats())

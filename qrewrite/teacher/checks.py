@@ -33,6 +33,9 @@ def unchanged_check(queries: list[dict], results: list[dict], teacher) -> dict:
         if teacher.provider == "resolve":
             todo = ("the rule teacher rewrites only questions that name a product or course of the KB titles loosely "
                     "or leave it to the history: use `teacher.provider: openai` (a strong model) for this tenant")
+        elif teacher.provider == "column":
+            todo = (f"the reference column ({teacher.column}, tenants[].columns.rewrite) holds the questions "
+                    f"themselves: check that it maps the rewrite column, or use `teacher.provider: openai`")
         else:
             todo = (f"check that the teacher model ({teacher.model}) follows tenants[].system_prompt and returns the "
                     f"rewritten query, or use a stronger one (teacher.openai.model)")

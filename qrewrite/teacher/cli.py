@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 from ..cli_args import common, load
+from ..lineage.container import with_image
 
 log = logging.getLogger("qrewrite.teacher")
 
@@ -17,7 +18,7 @@ def cmd_teacher(args) -> None:
     cfg, tenant = load(args)
     rows, stats = asyncio.run(run_teacher(cfg, tenant, read_jsonl(args.queries), progress=not args.no_progress))
     write_jsonl(args.out, rows)
-    write_json(args.stats, stats)
+    write_json(args.stats, with_image(stats))
     log.info("teacher %s: %s", tenant["name"], {k: v for k, v in stats.items() if k != "dropped"})
 
 

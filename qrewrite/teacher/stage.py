@@ -10,8 +10,9 @@ from ..errors import ServiceUnavailable
 from ..prompts import prompt_hash, rewrite_messages
 from ..tasks import gather_with_progress
 from ..cache import DiskCache, call_key
-from ..openai_chat import CallFailed
+from ..openai_chat import CallFailed, nothing_usable
 from .checks import unchanged_check
+from .column import ColumnTeacher
 from .openai_teacher import OpenAITeacher
 from .prf import PrfTeacher
 from .resolve import ResolveTeacher
@@ -23,7 +24,9 @@ CIRCUIT_BREAKER = 20
 def make_teacher(cfg: dict, tenant: dict):
     tcfg = cfg["teacher"]
     if tcfg["provider"] == "openai":
-        return OpenAITeacher(tcfg["openai"], tcfg["prices"])
+        return OpenAITeacher(tcfg["openai"], tcfg["prices"], tcfg["batch"]["price_share"])
+    if tcfg["provider"] == "column":
+        return ColumnTeacher(tenant["columns"]["rewrite"])
     from ..kb import tenant_kb
 
     if tcfg["provider"] == "resolve":
@@ -37,17 +40,41 @@ def make_teacher(cfg: dict, tenant: dict):
 
 
 async def _call(teacher, messages: list[dict], row: dict) -> dict:
-    if isinstance(teacher, (PrfTeacher, ResolveTeacher)):
+    if isinstance(teacher, (PrfTeacher, ResolveTeacher, ColumnTeacher)):
         start = time.perf_counter()
-        text = teacher.rewrite(row["query"], row["profile"], row["history"])
+        if isinstance(teacher, ColumnTeacher):
+            text = teacher.rewrite_row(row)
+            if text is None:
+                raise CallFailed(f"empty cell in the reference column {teacher.column!r}", transient=False)
+        else:
+            text = teacher.rewrite(row["query"], row["profile"], row["history"])
         return {"rewrite": text, "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
                 "model": teacher.model, "latency_s": round(time.perf_counter() - start, 6), "attempts": 1}
     return await teacher.rewrite(messages)
 
 
+def _request(teacher, tenant: dict, row: dict) -> tuple[list[dict], str]:
+    messages = rewrite_messages(tenant, row)
+    return messages, call_key(teacher.provider, teacher.model, messages, teacher.params)
+
+
+async def _batch(teacher, cache: DiskCache, tcfg: dict, tenant: dict, queries: list[dict]) -> dict:
+    """teacher.mode batch: the rows not cached go to one Batch API job first (teacher/batch.py); the calls
+    below then find its answers in the cache and retry the rest synchronously."""
+    from .batch import BatchJobs
+
+    pending = {}
+    for row in queries:
+        messages, key = _request(teacher, tenant, row)
+        if not cache.has(key):
+            pending[key] = messages
+    return await BatchJobs(teacher, cache, tcfg["batch"], tcfg["cache_dir"]).run(pending)
+
+
 async def run_teacher(cfg: dict, tenant: dict, queries: list[dict], *, progress: bool = True) -> tuple[list, dict]:
     teacher = make_teacher(cfg, tenant)
     cache = DiskCache(cfg["teacher"]["cache_dir"])
+    batch = None
     sem = asyncio.Semaphore(cfg["teacher"]["concurrency"])
     consecutive_transient = 0
     transient_failures = 0
@@ -56,8 +83,7 @@ async def run_teacher(cfg: dict, tenant: dict, queries: list[dict], *, progress:
 
     async def one(row: dict) -> dict:
         nonlocal consecutive_transient, transient_failures
-        messages = rewrite_messages(tenant, row)
-        key = call_key(teacher.provider, teacher.model, messages, teacher.params)
+        messages, key = _request(teacher, tenant, row)
         base = {"id": row["id"], "provider": teacher.provider, "model": teacher.model,
                 "prompt_hash": prompt_hash(messages), "call_key": key}
         hit = cache.get(key)
@@ -83,6 +109,8 @@ async def run_teacher(cfg: dict, tenant: dict, queries: list[dict], *, progress:
         return {**base, "status": "ok", "reason": None, **out}
 
     try:
+        if cfg["teacher"]["mode"] == "batch":
+            batch = await _batch(teacher, cache, cfg["teacher"], tenant, queries)
         results = await gather_with_progress((one(r) for r in queries),
                                              desc=f"teacher[{tenant['name']}:{teacher.provider}]", progress=progress)
     finally:
@@ -97,6 +125,10 @@ async def run_teacher(cfg: dict, tenant: dict, queries: list[dict], *, progress:
             f"teacher API {getattr(teacher, 'base_url', teacher.provider)} {what} "
             f"(last: {next(r['reason'] for r in results if r['status'] == 'error')})",
             hint="check the service and rerun: successful calls are cached and will not be repeated")
+    error = nothing_usable(teacher if isinstance(teacher, OpenAITeacher) else None, results,
+                           f"teacher {getattr(teacher, 'base_url', teacher.provider)}")
+    if error is not None:
+        raise error
     order = {r["id"]: i for i, r in enumerate(queries)}
     results.sort(key=lambda r: order[r["id"]])
     status = Counter(r["status"] for r in results)
@@ -106,6 +138,10 @@ async def run_teacher(cfg: dict, tenant: dict, queries: list[dict], *, progress:
              "cache_hits": cache.hits, "new_calls": len(new_calls),
              "failed_calls": status["error"],
              "tokens": sum((r.get("usage") or {}).get("total_tokens") or 0 for r in results if r["status"] == "ok"),
+             "reasoning_tokens": sum((r.get("usage") or {}).get("reasoning_tokens") or 0
+                                     for r in results if r["status"] == "ok"),
              "cost_usd": round(sum(r.get("cost_usd") or 0 for r in results if r["status"] == "ok"), 6),
+             "prices_read": cfg["teacher"]["prices_read"], **({"batch": batch} if batch is not None else {}),
+             **({"request": teacher.params} if isinstance(teacher, OpenAITeacher) else {}),  # what was sent
              **unchanged_check(queries, results, teacher)}
     return results, stats

@@ -23,8 +23,9 @@ RL_FILES = {"train": "train.parquet", "val": "val.parquet", "train_swift": "trai
 def _write_stats(path: str | None, stats: dict) -> None:
     if path:
         from ..io_utils import write_json
+        from ..lineage.container import with_image
 
-        write_json(path, stats)
+        write_json(path, with_image(stats))
 
 
 def _lineage(out: str, *, rule: str, tenant: dict | None, inputs: dict, params: dict, cfg: dict, env: str,
@@ -142,7 +143,12 @@ def cmd_rl_data(args) -> None:
 def cmd_rl(args) -> None:
     from ..envs import ensure_env
 
+    from ..io_utils import read_json
+
     cfg, tenant = load(args)
+    check = read_json(args.reward_check)
+    if check.get("refusal"):  # before any training: a reward that fails its check pays for the wrong rewrites
+        raise QrewriteError(f"refusing to train: {check['refusal']}")
     backend = cfg["rl"]["backend"]
     ensure_env("verl" if backend == "verl" else "swift", args.argv)
     from .rl_summary import summarize_curve
@@ -159,6 +165,11 @@ def cmd_rl(args) -> None:
 
         stats = run_swift_grpo(cfg, train_jsonl=data["train_swift"], threads=args.threads, **common)
     stats["reward"] = summarize_curve(args.tb)
+    if cfg["rl"]["compare_with_parent"]:
+        from .rl_guard import compare_with_parent
+
+        stats["vs_sft"] = compare_with_parent(cfg, tenant, parent=args.model, child=args.out,
+                                              val_swift=data["val_swift"], threads=args.threads)
     inputs = {"model": args.model, "kb": tenant["kb"]["path"]}
     inputs.update({k: data[k] for k in (("train", "val") if backend == "verl" else ("train_swift",))})
     r = stats["reward"]
@@ -208,6 +219,7 @@ def register(sub) -> None:
                        "swift-grpo); writes the merged RL model")
     common(p, ("--model", "merged SFT model folder"),
            ("--data-dir", "rl-data output folder"),
+           ("--reward-check", "results/T/reward_check.json: RL refuses a reward that failed it"),
            ("--out", "merged RL model folder to create (models/T/rl)"),
            ("--run-dir", "backend checkpoints"),
            ("--tb", "TensorBoard log dir (backend scalars + qrewrite/* reward scalars)"))

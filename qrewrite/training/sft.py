@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+import os
 import shutil
 from pathlib import Path
 
 from ..config import base_model_swift
 from ..errors import QrewriteError
-from ..io_utils import atomic_dir
+from ..io_utils import atomic_dir, read_jsonl
 from . import resume
 from . import swift_cmds as sc
 
@@ -15,9 +17,31 @@ from . import swift_cmds as sc
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "args.json", "trainer_state.json")
 
 
+# Keys of train.sft that shape the schedule; `schedule` turns them into swift's step counts.
+SCHEDULE_KEYS = ("evals_per_epoch", "early_stop_evals", "max_wall_minutes")
+
+
 def sft_hparams(cfg: dict) -> dict:
     """The `swift sft` hyper-parameters for this config: train.sft + device + the base model's swift type."""
     return {**cfg["train"]["sft"], "device": cfg["train"]["device"], **base_model_swift(cfg)}
+
+
+def schedule(hp: dict, n_train: int, world_size: int = 1) -> dict:
+    """The step counts of an SFT run on `n_train` rows: the epochs decide, not a step count tuned to one tenant.
+
+    One epoch is ceil(rows / (batch x accumulation x processes)) optimizer steps; validation loss is measured and a
+    checkpoint saved `evals_per_epoch` times an epoch, and the run is rounded up to end on an evaluation (at most
+    one step per evaluation more), so no trained step goes unevaluated. `max_steps` (smoke tests) caps it."""
+    per_step = hp["per_device_train_batch_size"] * hp["gradient_accumulation_steps"] * world_size
+    steps_per_epoch = max(1, math.ceil(n_train / per_step))
+    planned = max(1, math.ceil(hp["num_train_epochs"] * steps_per_epoch))
+    if hp.get("max_steps"):
+        planned = min(planned, int(hp["max_steps"]))
+    evals = max(1, min(planned, round(planned / steps_per_epoch * hp["evals_per_epoch"])))
+    every = math.ceil(planned / evals)
+    planned = math.ceil(planned / every) * every
+    return {"train_rows": n_train, "steps_per_epoch": steps_per_epoch, "planned_steps": planned,
+            "epochs": round(planned / steps_per_epoch, 3), "eval_steps": every, "world_size": world_size}
 
 
 def eval_history(run_dir: str | Path) -> dict:
@@ -39,8 +63,13 @@ def run_sft(cfg: dict, *, base: str, train: str, val: str, out: str, run_dir: st
     to `out` (atomically). Returns stats."""
     hp = sft_hparams(cfg)
     shutil.rmtree(tb_dir, ignore_errors=True)  # a Snakemake output: it deletes it before a rerun anyway
-    cmd = {**hp, "model": base, "train_file": train, "val_file": val, "output_dir": run_dir, "logging_dir": tb_dir,
-           "num_layers": sc.model_num_layers(base) if hp.get("lora_layers") else None}
+    # torchrun's process count on a multi-GPU node (swift reads NPROC_PER_NODE): the global batch grows with it
+    plan = schedule(hp, len(read_jsonl(train)), int(os.environ.get("NPROC_PER_NODE", "1")))
+    cmd = {**{k: v for k, v in hp.items() if k not in SCHEDULE_KEYS}, "model": base, "train_file": train,
+           "val_file": val, "output_dir": run_dir, "logging_dir": tb_dir,
+           "num_layers": sc.model_num_layers(base) if hp.get("lora_layers") else None,
+           "max_steps": plan["planned_steps"], "eval_steps": plan["eval_steps"], "save_steps": plan["eval_steps"],
+           "early_stop_interval": hp.get("early_stop_evals")}
     argv = sc.sft_cmd(cmd)
     # a different command or input wipes run_dir; the same one, killed, resumes from its last complete checkpoint
     ck = (resume.last_complete_hf_checkpoint(run_dir)
@@ -48,7 +77,15 @@ def run_sft(cfg: dict, *, base: str, train: str, val: str, out: str, run_dir: st
     if ck:
         argv = sc.sft_cmd({**cmd, "resume_from_checkpoint": str(ck)})
     env = {"OMP_NUM_THREADS": str(threads)} if threads else None
-    wall = sc.run_swift(argv, log_file=log_file, env=env)
+    cap = hp.get("max_wall_minutes")
+    if cap:
+        wall, capped = sc.run_swift(argv, log_file=log_file, env=env, max_wall_s=cap * 60)
+    else:
+        wall, capped = sc.run_swift(argv, log_file=log_file, env=env), False
+    if capped and not sc.has_checkpoint(run_dir):
+        raise QrewriteError(f"train.sft.max_wall_minutes ({cap}) stopped SFT before its first checkpoint "
+                            f"(every {plan['eval_steps']} steps)", hint="raise train.sft.max_wall_minutes, or "
+                            "evaluate more often (train.sft.evals_per_epoch)")
     best = sc.best_checkpoint(run_dir)
     missing = [f for f in ADAPTER_FILES[:2] if not (best / f).is_file()]
     if missing:
@@ -57,7 +94,8 @@ def run_sft(cfg: dict, *, base: str, train: str, val: str, out: str, run_dir: st
         for f in ADAPTER_FILES:
             if (best / f).is_file():
                 shutil.copy2(best / f, tmp / f)
-    resume.mark_finished(run_dir)
+    if not capped:  # a capped run is not finished: a rerun resumes it from its last checkpoint
+        resume.mark_finished(run_dir)
     hist = eval_history(run_dir)
     best_eval = min((e["eval_loss"] for e in hist["eval"]), default=None)
     if not sc.event_files(tb_dir):
@@ -66,5 +104,7 @@ def run_sft(cfg: dict, *, base: str, train: str, val: str, out: str, run_dir: st
             "best_checkpoint": best.name, "best_eval_loss": best_eval,
             "first_eval_loss": hist["eval"][0]["eval_loss"] if hist["eval"] else None,
             "final_train_loss": hist["train"][-1]["loss"] if hist["train"] else None,
-            "steps": max((e["step"] or 0 for e in hist["train"] + hist["eval"]), default=0),
+            "steps": (steps := max((e["step"] or 0 for e in hist["train"] + hist["eval"]), default=0)),
+            "schedule": plan, "stopped": "wall-clock cap" if capped else
+            ("early stop" if steps < plan["planned_steps"] else "epochs done"),
             "history": hist, "hparams": hp}

@@ -27,8 +27,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -62,6 +64,7 @@ SFT_DEFAULTS: dict[str, Any] = {
     "logging_steps": 5,
     "load_best_model_at_end": True,
     "metric_for_best_model": "eval_loss",
+    "early_stop_interval": None,  # stop after this many evaluations without a better validation loss
     "seed": 42,
     "dataloader_num_workers": 0,
     "dataset_num_proc": 1,
@@ -258,6 +261,8 @@ def sft_cmd(hp: Mapping[str, Any]) -> list[str]:
             "--greater_is_better", _b(not str(cfg["metric_for_best_model"]).endswith("loss")),
             *_output_args(cfg),
             "--create_checkpoint_symlink", "true"]
+    if cfg.get("early_stop_interval"):
+        argv += ["--early_stop_interval", str(int(cfg["early_stop_interval"]))]
     if cfg.get("system"):
         argv += ["--system", str(cfg["system"])]
     return argv + _resume_args(cfg)
@@ -372,11 +377,13 @@ def swift_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 def run_swift(argv: Sequence[str], *, log_file: str | os.PathLike | None = None,
               env: Mapping[str, str] | None = None, cwd: str | os.PathLike | None = None,
-              tail_lines: int = 30) -> float:
+              tail_lines: int = 30, max_wall_s: float | None = None):
     """Run a swift command, stream its output to the console (and ``log_file``).
 
-    Returns the wall time in seconds. Raises ``QrewriteError`` with the command, exit
-    code and the last output lines when it fails.
+    Returns the wall time in seconds; with ``max_wall_s``, ``(wall time, capped)``: the command (its whole
+    process group: ``swift sft`` starts the trainer as a child) is stopped once it has run that long, and
+    ``capped`` says so. Raises ``QrewriteError`` with the command, exit code and the last output lines when it
+    fails (a capped run is not a failure).
     """
     argv = [str(a) for a in argv]
     if not (os.path.isabs(argv[0]) and os.path.exists(argv[0])) and shutil.which(argv[0]) is None:
@@ -386,9 +393,23 @@ def run_swift(argv: Sequence[str], *, log_file: str | os.PathLike | None = None,
     tail: list[str] = []
     log = open(log_file, "a", encoding="utf-8") if log_file else None
     start = time.monotonic()
+    capped = threading.Event()
+    timer = None
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                env=swift_env(env), cwd=cwd, text=True, errors="replace", bufsize=1)
+                                env=swift_env(env), cwd=cwd, text=True, errors="replace", bufsize=1,
+                                start_new_session=max_wall_s is not None)
+        if max_wall_s is not None:
+            def stop():
+                capped.set()
+                msg = f"[qrewrite] wall-clock cap of {max_wall_s / 60:g} min reached: stopping {argv[1]}\n"
+                sys.stdout.write(msg)
+                if log:
+                    log.write(msg)
+                _stop_group(proc)
+            timer = threading.Timer(max_wall_s, stop)
+            timer.daemon = True
+            timer.start()
         assert proc.stdout is not None
         for line in proc.stdout:
             sys.stdout.write(line)
@@ -400,19 +421,32 @@ def run_swift(argv: Sequence[str], *, log_file: str | os.PathLike | None = None,
                 del tail[0]
         rc = proc.wait()
     except KeyboardInterrupt:
-        proc.terminate()
+        _stop_group(proc) if max_wall_s is not None else proc.terminate()
         raise
     finally:
+        if timer is not None:
+            timer.cancel()
         if log:
             log.close()
     wall = time.monotonic() - start
-    if rc != 0:
+    if rc != 0 and not capped.is_set():
         raise QrewriteError(
             f"`{' '.join([os.path.basename(argv[0]), *argv[1:2]])}` failed with exit code {rc} after {wall:.0f}s\n"
             f"  command: {' '.join(_quote(a) for a in argv)}\n  last output:\n    "
             + "\n    ".join(tail[-tail_lines:]),
             file=str(log_file) if log_file else None)
-    return wall
+    return (wall, capped.is_set()) if max_wall_s is not None else wall
+
+
+def _stop_group(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
+    """SIGTERM to the process group started for ``proc``, SIGKILL after ``grace_s``."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _quote(arg: str) -> str:
@@ -455,6 +489,10 @@ def best_checkpoint(output_dir: str | os.PathLike) -> Path:
     if cks:
         return cks[-1]
     raise QrewriteError(f"no checkpoint found in {out}", hint="did the swift run finish?")
+
+
+def has_checkpoint(output_dir: str | os.PathLike) -> bool:
+    return bool(_checkpoints(Path(output_dir)))
 
 
 def last_checkpoint(output_dir: str | os.PathLike) -> Path:

@@ -112,8 +112,14 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           args=(i("queries"), i("teacher"), i("validated"), d("out-dir", "sft_dir"), o("stats", "stats_split")),
           reads=("gold_set",), writes=("train", "val", "test"),
           params=("split", "tenant.thresholds", "tenant.system_prompt", "tenant.language"), mem_mb=1000),
+    Stage("reward_check", "The judge's AUC and the reward's preference on labels derived from the tenant's own "
+          "data (and its hand labels): what RL may train on.", "reward",
+          args=(i("queries"), i("teacher"), i("validated"), o("out", "reward_check")), reads=("kb", "judge_labels"),
+          params=("reward", "rag", "tenant.language", "tenant.kb", "tenant.tenant_id", "tenant.judge_rubric"),
+          runtime=30),
     Stage("summarize", "Per-stage stats → summary.json: rows in and out per stage, drops per reason.", "data",
-          args=(i("stats", "stats_ingest", "stats_teacher", "stats_validate", "stats_split"), o("out", "summary")),
+          args=(i("stats", "stats_ingest", "stats_teacher", "stats_validate", "stats_split"),
+                i("reward-check", "reward_check"), o("out", "summary")),
           uses_config=False, metrics=("summary",), mem_mb=500, runtime=5),
     Stage("data_card", "The dataset's card: sources and hashes, funnel, language, difficulty mix, gold and "
           "red-team sets, known biases, intended use.", "data",
@@ -138,10 +144,10 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           params=("rl.val_share", "rl.red_team_share", "tenant.system_prompt", "tenant.language"), half="models"),
     Stage("rl", "RL on the merged SFT model with the qrewrite reward (verl on the cluster, ms-swift GRPO on "
           "CPU) → the merged RL model.", "training",
-          args=(i("model", "sft_merged"), d("data-dir", "rl_dir"), o("out", "rl_model"), d("run-dir", "rl_run"),
-                o("tb", "tb_rl"), o("stats", "stats_rl")),
-          reads=("rl_train", "rl_val", "rl_train_swift", "kb"),
-          params=("rl", "reward", "rag", "tenant.judge_rubric", "tenant.language", "tenant.system_prompt",
+          args=(i("model", "sft_merged"), d("data-dir", "rl_dir"), i("reward-check", "reward_check"),
+                o("out", "rl_model"), d("run-dir", "rl_run"), o("tb", "tb_rl"), o("stats", "stats_rl")),
+          reads=("rl_train", "rl_val", "rl_train_swift", "rl_val_swift", "kb"),
+          params=("rl", "reward", "rag", "eval.generation", "eval.bootstrap", "tenant.judge_rubric", "tenant.language", "tenant.system_prompt",
                   "tenant.kb", "tenant.tenant_id"),
           env="rl", threads=True, mem_mb=32000, runtime=720, launcher="ray", half="models"),
     # --- evaluation and report ---------------------------------------------------------------------------
@@ -159,9 +165,9 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           runtime=60, half="eval"),
     Stage("eval", "Every candidate scored: retrieval vs gold, reranker scores, judge, win/tie/loss, latency, "
           "cost, paired intervals.", "eval",
-          args=(i("test", "eval_split"), i("queries"), i("rewrites", "all_rewrites"), o("out", "eval_json"),
-                o("examples"), o("plots")),
-          reads=("kb", "judge_labels", "gold_set", "red_team"), params=("eval", "reward", "rag", "tenant"),
+          args=(i("test", "eval_split"), i("queries"), i("teacher"), i("rewrites", "all_rewrites"),
+                i("reward-check", "reward_check"), o("out", "eval_json"), o("examples"), o("plots")),
+          reads=("kb", "gold_set", "red_team"), params=("eval", "reward", "rag", "tenant"),
           metrics=("eval_json",), plots=("plots",), report="Evaluation", runtime=30, half="eval"),
     Stage("report", "reports/index.html over every tenant: tables, metric bars, training curves, data funnel, "
           "lineage.", "report", per="all_tenants", args=(o("out", "report_html"),),
