@@ -128,9 +128,10 @@ def test_own_tenant_in_five_minutes(project):
     write_tenant_files(project.root, tenant["raw_excel"], tenant["kb"]["path"], tenant["columns"],
                        tenant["kb"]["fields"])
     cfg = project.config
-    # the tests' tiny model and step counts, and no model generation in eval (tests/test_pipeline_e2e.py covers
-    # it): the commands are the README's, the budget is not
+    # the tests' tiny model and step counts, and no model generation in eval or in RL's check against its SFT
+    # parent (tests/test_pipeline_e2e.py covers both): the commands are the README's, the budget is not
     cfg.update(TINY)
+    cfg["rl"] = {**cfg["rl"], "compare_with_parent": False}
     cfg["eval"].update({"candidates": [{"name": "raw", "kind": "raw"}, {"name": "teacher", "kind": "teacher"}],
                         "compare": [["teacher", "raw"]], "headline": ["teacher"], "max_rows": 3})
     cfg["tenants"].append(tenant)
