@@ -42,13 +42,14 @@ base-wheels:
 env: $(VENV)/.data-env
 test-env: $(VENV)/.test-env $(TRAIN_ENVS)
 
-# The whole pipeline: data half in .venv, training commands re-run themselves in .venvs/swift.
+# The whole pipeline: data half in .venv, training commands re-run themselves in .venvs/swift. The rules find
+# the `qrewrite` next to this Snakemake (rules/common.smk): no PATH set-up, as a user types it.
 run: $(VENV)/.data-env .venvs/swift/.installed
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --cores $(CORES) --printshellcmds
+	$(BIN)/snakemake --cores $(CORES) --printshellcmds
 
 # One demo tenant (fivedoctors) end to end: half of `make run` (README "The student").
 run-quick: $(VENV)/.data-env .venvs/swift/.installed
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --cores $(CORES) --printshellcmds --config only=fivedoctors
+	$(BIN)/snakemake --cores $(CORES) --printshellcmds --config only=fivedoctors
 
 # The training-framework tests must not skip in CI: the envs are built above.
 test: $(VENV)/.test-env $(TRAIN_ENVS)

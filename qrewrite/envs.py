@@ -69,3 +69,13 @@ def ensure_env(name: str, argv: list[str]) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(str(python), [str(python), "-m", "qrewrite", *argv], env)
+
+
+def own_bin_first_on_path(environ=os.environ) -> None:
+    """Put the bin folder of this Python first on PATH when it holds `qrewrite`: the Snakefile calls this, so its
+    rules' plain `qrewrite` is the one next to the Snakemake that runs them (`.venv/bin/snakemake` works with a
+    PATH that does not hold .venv/bin). A conda env's activation puts its own bin in front again; Apptainer keeps
+    the image's PATH, so in a container the image's `qrewrite` runs."""
+    here = Path(sys.executable).parent
+    if (here / "qrewrite").is_file():
+        environ["PATH"] = os.pathsep.join([str(here), environ.get("PATH", "")])

@@ -7,11 +7,16 @@ from pathlib import Path
 from snakemake.utils import validate
 
 from qrewrite.config import SCHEMA_PATH, selected_tenants, validate_config
+from qrewrite.envs import own_bin_first_on_path
 from qrewrite.errors import QrewriteError
 from qrewrite.io_utils import write_text_atomic
 from qrewrite.paths import demo_excel
 from qrewrite.workflow.stages import (DIRECTORIES, STAGES, candidates, command, flat, job_files, jobs, named_files,
                                       resolve)
+
+# Every rule runs plain `qrewrite` (a container's or conda env's own one there); on the host, the one next to the
+# Python running Snakemake comes first on PATH, so `.venv/bin/snakemake` needs no .venv/bin on PATH.
+own_bin_first_on_path()
 
 validate(config, str(SCHEMA_PATH))  # fills defaults in place; fails early on a bad config
 validate_config(config, source="snakemake config")  # cross-field checks (unique tenants, split sums, eval names)
@@ -152,8 +157,13 @@ def command_param(s):
     return cmd
 
 
-# Every rule's shell: its command (params.cmd), output to its log, the log's tail on the console on failure.
-STAGE_SHELL = f"{{params.cmd}} > {{log.cmd}} 2>&1{SHOW_LOG_ON_ERROR}"
+# Appended after a successful command: the stage's own warnings (logger "qrewrite.*", e.g. a teacher that hands
+# the questions back unchanged) are printed on the console too, not only kept in its log.
+SHOW_WARNINGS = " && {{ grep -h ' WARNING qrewrite' {log.cmd} >&2 || true; }}"
+
+# Every rule's shell: its command (params.cmd), output to its log; then its warnings on the console, or on
+# failure the log's tail.
+STAGE_SHELL = f"{{params.cmd}} > {{log.cmd}} 2>&1{SHOW_WARNINGS}{SHOW_LOG_ON_ERROR}"
 
 
 def constraints(s):

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -196,3 +198,38 @@ def fake_openai(tmp_path):
                          str(state)], f"http://127.0.0.1:{port}/health", tmp_path, tmp_path / "fake_openai.log")
     yield FakeOpenAI(f"http://127.0.0.1:{port}/v1", state)
     stop(proc)
+
+
+# ---- documented commands, run as written ---------------------------------------------------------------------
+
+def doc_section(path: Path, title: str) -> str:
+    """The text of the Markdown section `## title` (up to the next `## `)."""
+    text = path.read_text(encoding="utf-8")
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end > 0 else None]
+
+
+def fenced(section: str, lang: str) -> list[str]:
+    """The section's ```lang blocks, dedented (the README indents them under list items)."""
+    return [textwrap.dedent(b) for b in re.findall(rf"^[ \t]*```{lang}\n(.*?)^[ \t]*```", section, flags=re.M | re.S)]
+
+
+def user_env(**extra: str) -> dict:
+    """The environment a user types the documented commands in: PATH without the venv's bin (the docs say
+    `.venv/bin/…` or put it on PATH where they need the env), so a bare `qrewrite` / `dvc` works only where the
+    docs or the workflow make it so."""
+    venv_bins = {(REPO / ".venv/bin").resolve(), Path(sys.executable).parent.resolve()}
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep)
+                           if p and Path(p).resolve() not in venv_bins)
+    for tool in ("qrewrite", "snakemake", "dvc"):
+        assert shutil.which(tool, path=path) is None, f"{tool} is on PATH outside the venv: the test would prove nothing"
+    return {**os.environ, "PATH": path, "DVC_NO_ANALYTICS": "1", **extra}
+
+
+def run_documented(block: str, cwd: Path, env: dict, timeout: float = 1800) -> str:
+    """One fenced block of commands, as written, in one bash (stops at the first failing command)."""
+    proc = subprocess.run(["bash", "-e", "-c", block], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, f"{block}\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
+    return proc.stdout + proc.stderr

@@ -130,6 +130,7 @@ def as_dvc_cmd(snakemake_cmd: str) -> str:
     assert SNAKEMAKE_CONFIG in snakemake_cmd or snakemake_cmd.startswith("qrewrite summarize"), snakemake_cmd
     cmd = snakemake_cmd.replace(SNAKEMAKE_CONFIG, "--config config.yaml")
     cmd = re.sub(r" \|\| \{ rc=\$\?;.*\}$", "", cmd)  # common.smk SHOW_LOG_ON_ERROR
+    cmd = re.sub(r" && \{ grep -h ' WARNING qrewrite' .*\}$", "", cmd)  # common.smk SHOW_WARNINGS
     return re.sub(r"\s+(2>\s*logs/\S+|>\s*logs/\S+\s+2>&1)$", "", cmd).strip()
 
 
@@ -310,6 +311,22 @@ def test_dvc_reruns_a_stage_whose_code_changed_and_what_is_downstream(project):
     # --dry lists the stages whose deps changed now; --force-downstream adds what a rerun would feed
     assert planned() == {f"split@{t}" for t in tenants}
     assert planned("--force-downstream") == {f"{s}@{t}" for s in ("split", "summarize") for t in tenants}
+
+
+def test_dvc_is_pinned_once_in_the_env_make_run_installs():
+    """`make run` installs envs/data.txt (.venv/.data-env), so dvc is pinned there, once in envs/, and it is the
+    dvc next to this Python (the docs' `.venv/bin/dvc`; the e2e test runs docs/eval-lineage.md's commands with it)."""
+    make = (REPO / "Makefile").read_text(encoding="utf-8")
+    run_deps = re.search(r"^run:(.*)$", make, flags=re.M).group(1).split()
+    assert "$(VENV)/.data-env" in run_deps, run_deps
+    data_env = re.search(r"^\$\(VENV\)/\.data-env:.*\n((?:\t.*\n)+)", make, flags=re.M).group(1)
+    assert "-r envs/data.txt" in data_env, data_env
+    pins = {f.name: re.findall(r"^dvc==(\S+)$", f.read_text(encoding="utf-8"), flags=re.M)
+            for f in sorted((REPO / "envs").glob("*.txt"))}
+    assert {k: v for k, v in pins.items() if v} == {"data.txt": [pins["data.txt"][0]]}, pins
+    proc = subprocess.run([str(Path(sys.executable).parent / "dvc"), "--version"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == pins["data.txt"][0], proc.stdout + proc.stderr
 
 
 def test_repo_declares_a_default_local_remote():

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, TESTS, FakeOpenAI, Project, free_port, start_server, stop
+from conftest import (REPO, TESTS, FakeOpenAI, Project, doc_section, fenced, free_port, run_documented, start_server,
+                      stop, user_env)
 from qrewrite.paths import BASE_MODEL, REPORT_HTML, eval_paths, tenant_paths
 from test_report import check_self_contained, png_size, screenshot
 from test_reward_frameworks import train_python
@@ -276,14 +277,16 @@ def test_the_key_reached_the_api_and_nothing_the_run_wrote_or_printed(run):
 
 @pytest.mark.slow
 def test_dvc_adopts_the_run_and_reruns_only_the_changed_tenant(run):
-    """dvc.yaml generated for this project; `dvc commit` records the Snakemake-built outputs, after which DVC
-    sees everything up to date. A changed eval setting reruns eval + report for real; a changed chengla
-    source plans exactly chengla's stages and the report (running them for real: the data half in
-    tests/test_dvc.py, to keep this test's time down)."""
-    pytest.importorskip("dvc", reason="DVC IS NOT INSTALLED: dvc.yaml not run through DVC (pip install dvc==3.67.1)")
-    dvc = [sys.executable, "-m", "dvc"]
+    """dvc.yaml generated for this project; `dvc commit -f` records the Snakemake-built outputs, after which DVC
+    sees everything up to date, and docs/eval-lineage.md's DVC commands run as written with the run env's dvc
+    (envs/data.txt, what `make run` installs; the docs put .venv/bin on PATH, the test's PATH does not hold it).
+    A changed eval setting reruns eval + report for real; a changed chengla source plans exactly chengla's stages
+    and the report (running them for real: the data half in tests/test_dvc.py, to keep this test's time down)."""
+    (run.root / ".venv").symlink_to(Path(sys.executable).parent.parent)  # the checkout's env, as `make run` left it
+    dvc = [str(run.root / ".venv/bin/dvc")]
     run.tool("git", "init", "-q")
     run.tool(*dvc, "init", "-q")
+    shutil.copy(REPO / ".dvcignore", run.root / ".dvcignore")  # as in the checkout: DVC does not walk .venv
     run.tool(*dvc, "config", "cache.type", "hardlink,copy")  # models are large: link, do not copy
     run.tool(sys.executable, "-m", "qrewrite", "dvc-yaml")
     schema = "qrewrite/schemas/config.schema.yaml"  # params of sections config.yaml leaves out (as in a clone)
@@ -292,8 +295,12 @@ def test_dvc_adopts_the_run_and_reruns_only_the_changed_tenant(run):
     run.tool(*dvc, "commit", "-f")
     status = run.tool(*dvc, "status")
     assert "up to date" in status, status
-    stages = set(re.findall(r"Running stage '([\w@-]+)'", run.tool(*dvc, "repro", "--dry")))
-    assert not stages
+    docs = fenced(doc_section(REPO / "docs/eval-lineage.md", "DVC"), "bash")[0]
+    assert "dvc repro" in docs and "dvc metrics show" in docs and "dvc plots show" in docs, docs
+    printed = run_documented(docs, run.root, user_env(**{k: run.env[k] for k in ("HOME", "TMPDIR", "XDG_CACHE_HOME")}))
+    run.printed["docs/eval-lineage.md DVC commands"] = printed
+    assert not re.findall(r"Running stage '([\w@-]+)'", printed), printed  # up to date: `dvc repro` reran nothing
+    assert "reports/fivedoctors/eval.json" in printed and (run.root / "dvc_plots/index.html").is_file()
 
     cfg = run.project.config
     cfg["eval"]["examples"] = 2

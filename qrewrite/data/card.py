@@ -73,6 +73,7 @@ def _biases(tenant: dict, summary: dict, gold: dict, red: dict) -> list[str]:
         out.append(f"The teacher is the LLM {summary['teacher'].get('model')}: its errors and style are learnt, and "
                    "validation keeps only rewrites the tenant's retriever rates well, so rewrites are biased toward "
                    "what that retriever rewards.")
+    out += [f"Warning ({w['stage']} stage): {w['message']}" for w in summary.get("warnings", [])]
     hit = (summary.get("retrieval") or {}).get("hit_at_1") or {}
     if hit.get("n") is not None and summary["funnel"][0]["out"]:
         out.append(f"Gold documents exist for {hit['n']} of {summary['funnel'][0]['out']} ingested queries; retrieval "

@@ -36,11 +36,13 @@ def cmd_ingest(args) -> None:
 def cmd_split(args) -> None:
     from ..io_utils import read_jsonl, write_json, write_jsonl
     from .gold_set import tenant_gold_set
-    from .split import SPLITS, build_splits
+    from .split import SPLITS, build_splits, check_splits
 
     cfg, tenant = load(args)
-    splits, stats = build_splits(cfg, tenant, read_jsonl(args.queries), read_jsonl(args.teacher),
-                                 read_jsonl(args.validated), tenant_gold_set(tenant))
+    validated = read_jsonl(args.validated)
+    splits, stats = build_splits(cfg, tenant, read_jsonl(args.queries), read_jsonl(args.teacher), validated,
+                                 tenant_gold_set(tenant))
+    stats["warnings"] = check_splits(stats, tenant, validated)  # an empty split raises here: nothing written
     for name in SPLITS:
         write_jsonl(f"{args.out_dir}/{name}.jsonl", splits[name])
     write_json(args.stats, with_image(stats))
@@ -52,8 +54,9 @@ def cmd_summarize(args) -> None:
     from ..paths import STAGES
     from .summary import build_summary
 
-    stats = {s: read_json(p) for s, p in zip(STAGES, args.stats)}
-    write_json(args.out, build_summary(args.tenant, stats, read_json(args.reward_check)))
+    files = dict(zip(STAGES, args.stats))
+    write_json(args.out, build_summary(args.tenant, {s: read_json(p) for s, p in files.items()},
+                                       read_json(args.reward_check), files))
 
 
 def cmd_data_card(args) -> None:

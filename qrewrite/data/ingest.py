@@ -60,6 +60,12 @@ def ingest(tenant: dict) -> tuple[list[dict], dict]:
         if "rewrite" in rec:  # columns.rewrite configured: the tenant's own reference rewrite
             row["reference"] = re.sub(r"\s+", " ", rec["rewrite"]).strip()
         rows.append(row)
+    if not rows:  # every row dropped: an empty queries.jsonl would run every later stage on nothing
+        raise QrewriteError(
+            f"no usable row: all {len(raw)} data rows were dropped ({', '.join(f'{k} {v}' for k, v in dropped.items())})",
+            file=path, column=tenant["columns"]["query"],
+            hint=f"check that tenants[].columns.query names the column holding the questions"
+                 + (f"; raise tenants[].thresholds.max_query_chars (now {max_chars})" if dropped["query_too_long"] else ""))
     stats = {"stage": "ingest", "in": len(raw), "out": len(rows), "dropped": dict(sorted(dropped.items())),
              "gold_ids_not_in_kb": unknown_gold, "with_gold": sum(1 for r in rows if r["gold_doc_ids"])}
     return rows, stats

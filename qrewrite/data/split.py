@@ -3,12 +3,28 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections import Counter
 
+from ..errors import QrewriteError
 from ..prompts import has_control_tokens, rewrite_messages
 from ..text import normalize
 
+log = logging.getLogger("qrewrite.split")
+
 SPLITS = ("train", "val", "test")
+
+# What to change (or check) for each drop reason: named in the empty-split error and the most-dropped warning.
+DROP_CAUSE = {
+    "top1_below_threshold": "setting tenants[].thresholds.top1",
+    "negative_gain": "setting tenants[].thresholds.require_gain",
+    "held_out_gold_set": "setting tenants[].gold_set",
+    "control_tokens_in_rewrite": "the teacher: its rewrites hold chat-template tokens",
+    "duplicate_sample": "the Excel: the same question, context and rewrite more than once",
+}
+# The split warns when its filters drop at least this share of the rows that reach them: the train split is then
+# small because of a setting, not because the tenant has few questions.
+MOST_DROPPED = 0.5
 
 
 def drop_reason(row: dict, thresholds: dict) -> str | None:
@@ -85,6 +101,62 @@ def build_splits(cfg: dict, tenant: dict, queries: list[dict], teacher_rows: lis
              "splits": {s: len(v) for s, v in splits.items()}, "groups": len(assignment),
              "by_difficulty": {k: _level_stats(c) for k, c in sorted(by_level.items())}}
     return splits, stats
+
+
+def check_splits(stats: dict, tenant: dict, validated: list[dict]) -> list[dict]:
+    """Raise when a split would be empty: SFT trains on train and validates on val, eval measures on test, and
+    none of them can run on nothing (nor should the data half look done). Return the warnings: the filters
+    dropped most rows. `validated`: the split's input rows, to say where the top-1 threshold cuts."""
+    name, th, dropped = tenant["name"], tenant["thresholds"], stats["dropped"]
+    top1s = [v["rewrite_rag"]["top1"] for v in validated]
+    reasons = "; ".join(f"{why} {n} ({_cause(why, th, top1s)})" for why, n in
+                        sorted(dropped.items(), key=lambda kv: -kv[1])) or "none"
+    empty = [s for s in SPLITS if not stats["splits"][s]]
+    if empty:
+        sizes = " / ".join(f"{s} {stats['splits'][s]}" for s in SPLITS)
+        what = "no training rows" if "train" in empty else f"an empty {' and '.join(empty)} split"
+        hint = ("; ".join(_fix(why, th) for why in sorted(dropped, key=lambda w: -dropped[w]) if _fix(why, th))
+                or "add rows to the tenant's Excel")
+        raise QrewriteError(
+            f"tenant {name}: the split left {what} ({sizes}): {stats['in']} validated rows, {stats['out']} kept "
+            f"in {stats['groups']} question group(s). Dropped: {reasons}. No split file was written.",
+            hint=f"{hint}; then rerun (the split reruns when tenants[].thresholds change)"
+            + ("" if "train" in empty else "; each split needs at least one question group (split: train / val / "
+               "test fractions)"))
+    reached = stats["in"] - dropped.get("held_out_gold_set", 0)
+    filtered = sum(n for why, n in dropped.items() if why != "held_out_gold_set")
+    if reached and filtered / reached >= MOST_DROPPED:
+        text = (f"tenant {name}: the split dropped {filtered} of the {reached} rows that reached its filters "
+                f"({filtered / reached:.0%}), leaving {stats['splits']['train']} training rows. Dropped: {reasons}. "
+                f"If those rewrites are good, " + ("; ".join(filter(None, (_fix(w, th) for w in dropped))) or
+                                                  "check the teacher") + ".")
+        log.warning(text)
+        return [{"code": "split_dropped_most_rows", "message": text}]
+    return []
+
+
+def _cause(why: str, thresholds: dict, top1s: list[float]) -> str:
+    """The setting behind a drop reason, with its value (and, for the threshold, where the scores lie)."""
+    cause = DROP_CAUSE.get(why, "see the split stage")
+    if why == "top1_below_threshold":
+        ranked = sorted(top1s)
+        at = lambda q: ranked[min(len(ranked) - 1, int(q * len(ranked)))]  # noqa: E731
+        cause += (f" = {thresholds['top1']}; the rewrites' top-1 scores: median {at(0.5):.3g}, 90th percentile "
+                  f"{at(0.9):.3g}, max {ranked[-1]:.3g}")
+    elif why == "negative_gain":
+        cause += f" = {str(thresholds['require_gain']).lower()}"
+    return cause
+
+
+def _fix(why: str, thresholds: dict) -> str | None:
+    """What to change for a drop reason that a setting causes, else None."""
+    if why == "top1_below_threshold":
+        return (f"lower tenants[].thresholds.top1 (now {thresholds['top1']}; with the local relevance score the top "
+                f"hit is the right document with probability ~top1, with rag.provider http the scale is your "
+                f"service's reranker score)")
+    if why == "negative_gain":
+        return "set tenants[].thresholds.require_gain: false (keeps rewrites that retrieve worse than the raw query)"
+    return None
 
 
 def difficulty_label(query_row: dict) -> str:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 
 from ..entities import EntityLexicon
+from ..errors import QrewriteError
 from ..kb import tenant_kb
 from ..metrics import TIE_RULE, summarize_hits
 from .cache import cached_http_rag
@@ -17,6 +19,11 @@ async def run_validation(cfg: dict, tenant: dict, queries: list[dict], teacher_r
                          progress: bool = True) -> tuple[list[dict], dict]:
     by_id = {row["id"]: row for row in queries}
     ok = [t for t in teacher_rows if t["status"] == "ok"]
+    if not ok:  # nothing to validate: an empty validated.jsonl would leave the split nothing to train on
+        reasons = Counter(t.get("reason") for t in teacher_rows)
+        raise QrewriteError(f"the teacher produced no rewrite: {len(teacher_rows)} rows, every one failed "
+                            f"({', '.join(f'{r} ({n})' for r, n in reasons.most_common(3))})",
+                            hint="fix the teacher (teacher.provider, teacher.openai) and rerun the teacher stage")
     quality = cfg["rag"]["quality"]
     rag = make_rag(cfg, tenant)
     if cfg["rag"]["provider"] == "http":

@@ -11,8 +11,10 @@ writes the question a person would write once they know what the user means:
 * everything else (the aspect asked about, the wording) is the user's own, so intent is kept.
 
 A question about no entity (shipping, invoices) stays as it is. Entities come from the KB titles
-(``qrewrite.entities``); a tenant whose titles name no entities gets its questions back unchanged,
-which the validation stage then reports (no gain): use ``teacher.provider: openai`` there.
+(``qrewrite.entities``). On a KB whose titles name no entities (no titles, or titles that share no
+"entity + aspect" pattern) it could only hand every question back, so it refuses to start
+(``ResolveTeacher.for_tenant``), saying to use ``teacher.provider: openai``; with entities that the
+questions rarely need, the teacher stage warns when most questions come back unchanged.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from .. import entities as entities_module
 from ..entities import EntityLexicon
+from ..errors import QrewriteError
 
 # Pronoun phrases that stand for the entity; longest first so "这个课程" wins over "这个".
 _PRONOUN = re.compile(
@@ -44,6 +47,32 @@ def _clean(text: str) -> str:
 class ResolveTeacher:
     provider = "resolve"
     model = "kb-entity-resolver"
+
+    @classmethod
+    def for_tenant(cls, tenant: dict) -> "ResolveTeacher":
+        """The teacher over the tenant's KB; a QrewriteError before any rewrite when its titles name no entity.
+
+        Without entities nothing tells it what a question refers to (the history and profile are matched
+        against the entity names only), so every rewrite would be the question itself: training data that
+        teaches the student to copy."""
+        from ..kb import tenant_kb
+
+        docs = tenant_kb(tenant)
+        lexicon = EntityLexicon.from_docs(docs)
+        if not lexicon.entities:
+            titled = sum(1 for d in docs if d.title.strip())
+            field = (tenant["kb"].get("fields") or {}).get("title", "title")
+            why = ("none of them reads \"<entity><aspect>\" with one entity over several aspects" if titled else
+                   "tenants[].kb.fields.title is null" if field is None else f"title field {field!r}")
+            raise QrewriteError(
+                f"teacher.provider resolve cannot rewrite for tenant {tenant['name']}: the KB titles name no "
+                f"product or course ({titled} of {len(docs)} documents have a title; {why}), so every rewrite "
+                f"would be the question itself",
+                file=str(tenant["kb"]["path"]),
+                hint="use an LLM teacher: `teacher.provider: openai` with teacher.openai.base_url / model / "
+                     "api_key_env (README \"Pointing at real services\"); if the KB holds titles under another "
+                     "field name, map it with tenants[].kb.fields.title")
+        return cls(lexicon)
 
     def __init__(self, lexicon: EntityLexicon, cfg: dict | None = None):
         self.lexicon = lexicon

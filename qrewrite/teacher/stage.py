@@ -11,6 +11,7 @@ from ..prompts import prompt_hash, rewrite_messages
 from ..tasks import gather_with_progress
 from ..cache import DiskCache, call_key
 from ..openai_chat import CallFailed, nothing_usable
+from .checks import unchanged_check
 from .column import ColumnTeacher
 from .openai_teacher import OpenAITeacher
 from .prf import PrfTeacher
@@ -29,9 +30,7 @@ def make_teacher(cfg: dict, tenant: dict):
     from ..kb import tenant_kb
 
     if tcfg["provider"] == "resolve":
-        from ..entities import EntityLexicon
-
-        return ResolveTeacher(EntityLexicon.from_docs(tenant_kb(tenant)))
+        return ResolveTeacher.for_tenant(tenant)
     from ..rag.local import LocalRetriever
 
     loc = cfg["rag"]["local"]
@@ -143,5 +142,6 @@ async def run_teacher(cfg: dict, tenant: dict, queries: list[dict], *, progress:
                                      for r in results if r["status"] == "ok"),
              "cost_usd": round(sum(r.get("cost_usd") or 0 for r in results if r["status"] == "ok"), 6),
              "prices_read": cfg["teacher"]["prices_read"], **({"batch": batch} if batch is not None else {}),
-             **({"request": teacher.params} if isinstance(teacher, OpenAITeacher) else {})}  # what was sent
+             **({"request": teacher.params} if isinstance(teacher, OpenAITeacher) else {}),  # what was sent
+             **unchanged_check(queries, results, teacher)}
     return results, stats
