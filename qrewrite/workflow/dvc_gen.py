@@ -157,10 +157,11 @@ class _Params:
                 add(self.config_path, "${item.candidate_key}" if self.candidates_listed else "eval.candidates")
             else:
                 found = _present(self.raw, k)
-                if found:
+                schema = _schema_key(k)
+                if found and (len(found) == len(k.split(".")) or not schema):
                     add(self.config_path, ".".join(found))
-                else:
-                    add(self.schema_file, _schema_key(k) or f"properties.{head}")
+                else:  # config.yaml leaves the key out (eval.bootstrap beside a written eval:): its default applies
+                    add(self.schema_file, schema or f"properties.{head}")
         return [{f: ks} for f, ks in by_file.items()], items
 
     @property
