@@ -127,8 +127,9 @@ def test_unchanged_share_counts_after_normalisation():
 def test_split_without_training_rows_fails_naming_the_drop_reasons_and_the_setting(project):
     """A threshold no rewrite reaches (top-1 scores of this tenant top out at 0.9993): `snakemake data` stops at
     the split, naming every drop reason with its count, the setting and its value, and writes no split file and
-    no summary. Before, it exited 0 with train / val / test = 0 / 0 / 0."""
-    own_tenant(project)
+    no summary. Before, it exited 0 with train / val / test = 0 / 0 / 0. The tenant has no gold column: with gold,
+    the gold documents validate a rewrite and the threshold does not apply."""
+    own_tenant(project, columns={**COLUMNS, "gold": None})
     project.update_tenant(OWN, thresholds={"top1": 1.0})
     proc = snakemake(project, "data", "--config", f"only={OWN}")
     assert proc.returncode != 0, proc.out[-4000:]

@@ -25,16 +25,22 @@ def make_cfg(seed: int = 42, top1: float = 0.6, require_gain: bool = True, **spl
     return cfg, cfg["tenants"][0]
 
 
+def _hits(*doc_ids: str) -> list[dict]:
+    return [{"doc_id": d, "reranker_score": round(0.9 - 0.1 * i, 2)} for i, d in enumerate(doc_ids)]
+
+
 def make_sample(query: str, profile: str = "", history: str = "", row: int = 2, top1: float = 0.9,
-                gain: float = 0.1, rewrite: str | None = None):
+                gain: float = 0.1, rewrite: str | None = None, gold: list[str] | None = None,
+                rewrite_hits: list[dict] | None = None, raw_hits: list[dict] | None = None):
+    """A query with its teacher and validation rows; without `gold` the threshold filters decide."""
     qid = query_id(query, profile, history)
     q = {"id": qid, "tenant": "acme", "row": row, "query": query, "profile": profile, "history": history,
-         "gold_doc_ids": ["d-1"]}
+         "gold_doc_ids": list(gold or [])}
     t = {"id": qid, "provider": "prf", "model": "prf-rm3", "prompt_hash": f"ph-{row}", "call_key": f"ck-{qid}",
          "status": "ok", "reason": None, "rewrite": rewrite or f"{query} 改写"}
-    v = {"id": qid, "query": query, "rewrite": t["rewrite"], "gold_doc_ids": ["d-1"],
-         "rewrite_rag": {"top1": top1, "mean_top3": top1 / 2, "hits": 1, "quality": top1},
-         "original_rag": {"top1": 0.5, "mean_top3": 0.3, "hits": 0, "quality": 0.5}, "gain": gain,
+    v = {"id": qid, "query": query, "rewrite": t["rewrite"], "gold_doc_ids": list(gold or []),
+         "rewrite_rag": {"top1": top1, "mean_top3": top1 / 2, "hits": rewrite_hits or _hits("d-1"), "quality": top1},
+         "original_rag": {"top1": 0.5, "mean_top3": 0.3, "hits": raw_hits or [], "quality": 0.5}, "gain": gain,
          "rag_provider": "local"}
     return q, t, v
 
@@ -77,6 +83,21 @@ FILTERS = [
 def test_keep_reason(top1, gain, require_gain, threshold, reason):
     _, _, v = make_sample("鱼油怎么吃", top1=top1, gain=gain)
     assert drop_reason(v, {"top1": threshold, "require_gain": require_gain, "max_query_chars": 500}) == reason
+
+
+@pytest.mark.parametrize("rewrite_hits,raw_hits,require_gain,reason", [
+    (_hits("d-1", "d-2"), _hits("d-2", "d-1"), True, None),             # gold first: kept, whatever its top-1 score
+    (_hits("d-2", "d-1"), _hits("d-2", "d-1"), True, None),             # gold retrieved, as well as the raw query
+    (_hits("d-2", "d-3"), _hits("d-1", "d-3"), True, "gold_not_retrieved"),
+    (_hits("d-2", "d-1"), _hits("d-1", "d-2"), True, "negative_gain"),   # gold ranked lower than the raw query
+    (_hits("d-2", "d-1"), _hits("d-1", "d-2"), False, None),
+])
+def test_a_query_with_gold_is_validated_by_its_gold_documents(rewrite_hits, raw_hits, require_gain, reason):
+    """The top-1 threshold stands in for gold where there is none; with gold the evidence is direct (on CQR the
+    threshold dropped a third of the correct rewrites: the right paraphrase is found with a low top-1 score)."""
+    _, _, v = make_sample("鱼油怎么吃", top1=0.01, gain=-0.3, gold=["d-1"], rewrite_hits=rewrite_hits,
+                          raw_hits=raw_hits)
+    assert drop_reason(v, {"top1": 0.5, "require_gain": require_gain, "max_query_chars": 500}) == reason
 
 
 @pytest.mark.parametrize("require_gain", [True, False])
