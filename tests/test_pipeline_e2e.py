@@ -159,6 +159,11 @@ def test_models_are_made_for_both_tenants(run):
         assert -1.0 <= rl["reward"]["last"]["reward_mean"] <= 1.0
         assert rl["reward"]["rag_calls"] + rl["reward"]["rag_cache_hit_rate"] > 0
         assert rl["reward"]["judge_calls"] > 0  # the judge really was the API, with the key
+        # the rl stage compared the RL model with its SFT parent on the validation prompts (training/rl_guard.py)
+        vs = rl["vs_sft"]
+        assert vs["n"] > 0 and vs["basis"] in ("hit_at_1", "reward") and isinstance(vs["worse_beyond_noise"], bool)
+        assert vs["means"]["sft"]["reward"] is not None and 0 < vs[vs["basis"]]["n"] <= vs["n"]
+        assert sft["schedule"]["planned_steps"] == 2 and sft["stopped"] in ("epochs done", "early stop")
     assert not [x for x in (root / "models").rglob(".*") if x.name.endswith(".tmp")]  # no temp folders left
 
 

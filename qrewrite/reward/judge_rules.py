@@ -9,9 +9,9 @@ words the reference kept), and leave out what the reference dropped (typos, pron
 question back, one line and one query, no label or chat-template tokens, the tenant's script (names in another
 script are allowed), a length near the reference's.
 
-Words are compared as *content units*: Latin words and numbers (lower-cased, a plural or verb ending cut) and
-CJK character bigrams, each weighted by its inverse document frequency in the tenant's KB, so a product name or
-"Alhambra" counts for more than "please" or "怎么". No unit check assumes that the raw question retrieves the right
+Words are compared as *content units*: for a Chinese tenant jieba's words without the stopwords, for an English
+one Latin words and numbers (lower-cased, a plural or verb ending cut), each weighted by its inverse document
+frequency in the tenant's KB, so a product name or "Alhambra" counts for more than "please" or "怎么". No unit check assumes that the raw question retrieves the right
 documents, and none needs the KB's titles. Without a reference only the form checks run (and the verdict says so).
 """
 
@@ -51,8 +51,6 @@ _SENTENCES = re.compile(r"[^。！!？?]+[。！!？?]*")
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 _CJK_RUN = re.compile(r"[\u4e00-\u9fff]+")
 _LATIN_WORD = re.compile(r"[a-z]+|[0-9]+")
-# Particles and pronouns that make CJK bigrams noise ("了氨", "吃吗").
-_CJK_SKIP = frozenset("的了吗呢吧啊呀嘛哦么是我你他她它这那就都也还和与或在有要想请问下个")
 _EN_STOP = EN_STOPWORDS | frozenset("i'm im me my the this that these those there it's its be been will would should "
                                     "shall am an at as by from into if then than so up out".split())
 
