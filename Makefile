@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 CORES  ?= 2
 
 .PHONY: run run-quick test env test-env bench clean base-wheels
-.PHONY: container-tools containers containers-save test-containers cqr-data cqr rl-check
+.PHONY: container-tools containers containers-save test-containers cqr-data cqr rl-check test-tools
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,11 @@ test: $(VENV)/.test-env $(TRAIN_ENVS)
 # "Containers"): `make containers` builds cpu and swift here, the swift image with the CPU torch wheel that
 # pip finds here (its find-links) or in TORCH_WHEELS=DIR. verl (CUDA, vLLM) is built for the cluster:
 # scripts/containers.py build --torch cuda swift verl (docs/cluster.md).
+# Chromium (and CJK fonts) for the report screenshot tests: envs/apt-test.txt. .ci/run installs them.
+test-tools:
+	@command -v chromium >/dev/null || \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$(grep -v '^#' envs/apt-test.txt); }
+
 container-tools:
 	@command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null || \
 	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$(grep -v '^#' containers/apt.txt); }

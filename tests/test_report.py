@@ -4,6 +4,7 @@ headless-Chromium screenshot. The report of a real trained run (and lineage, --r
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -76,8 +77,11 @@ def check_self_contained(html: str) -> None:
 
 
 def screenshot(html: Path, png: Path) -> bool:
-    """Headless Chromium screenshot via scripts/screenshot_report.sh; False when no Chromium is installed."""
+    """Headless Chromium screenshot via scripts/screenshot_report.sh; False when no Chromium is installed (a
+    failure instead where QREWRITE_REQUIRE_CHROMIUM is set, as CI sets it after `make test-tools`)."""
     if not (shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")):
+        if os.environ.get("QREWRITE_REQUIRE_CHROMIUM"):
+            pytest.fail("no chromium, and QREWRITE_REQUIRE_CHROMIUM is set: run `make test-tools`")
         return False
     proc = subprocess.run(["bash", str(REPO / "scripts/screenshot_report.sh"), str(html), str(png), "1400x3000"],
                           capture_output=True, text=True, timeout=180)
