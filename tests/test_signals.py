@@ -249,3 +249,22 @@ def test_rl_refuses_a_judge_that_fails_its_check_on_the_tenant(tmp_path, fake_op
     check = json.loads((project.root / "results/fivedoctors/reward_check.json").read_text(encoding="utf-8"))
     assert check["judge"]["derived"]["auc"] == 0.5 and check["refusal"] is None
     assert check["reward"]["preference"] >= 0.85
+
+
+def test_refusal_names_the_failing_figure_and_lets_a_user_who_lowers_the_floors_train():
+    from qrewrite.reward import reward_settings
+    from qrewrite.reward.check import refusal
+
+    def doc(good, auc, pref):
+        return {"tenant": "t", "derived_labels": {"good": good}, "judge": {"derived": {"auc": auc}},
+                "reward": {"preference": pref}}
+
+    s = reward_settings({})
+    assert refusal(doc(50, 0.95, 0.9), s) is None
+    assert "judge_min_auc 0.75" in refusal(doc(50, 0.6, 0.9), s)
+    assert "min_preference 0.75" in refusal(doc(50, 0.95, 0.5), s)
+    assert "no derived labels" in refusal(doc(0, None, None), s)
+    open_ = reward_settings({"reward": {"check": {"judge_min_auc": 0.0, "min_preference": 0.0}}})
+    assert refusal(doc(0, None, None), open_) is None and refusal(doc(50, 0.5, 0.2), open_) is None
+    no_judge = reward_settings({"reward": {"weights": {"judge": 0.0}}})
+    assert refusal(doc(50, 0.5, 0.9), no_judge) is None

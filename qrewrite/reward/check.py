@@ -111,10 +111,14 @@ def reward_check(cfg: dict, tenant: dict, queries: list[dict], teacher_rows: lis
 def refusal(doc: dict, settings: dict) -> str | None:
     """Why RL must not train on this reward (None: it may), naming the figure, the tenant and the fix."""
     th, t = settings["check"], doc["tenant"]
-    if not doc["derived_labels"]["good"]:
+    judged = settings["weights"]["judge"] > 0 and th["judge_min_auc"] > 0
+    if not doc["derived_labels"]["good"] and (judged or th["min_preference"] > 0):
         return (f"tenant {t}: no derived labels (no validated teacher rewrite puts a gold document first or beats "
-                "the raw query), so neither the judge nor the reward can be checked; fix the teacher or the RAG "
-                "settings first (results/{t}/summary.json)")
+                f"the raw query), so neither the judge nor the reward can be checked; fix the teacher or the RAG "
+                f"settings first (results/{t}/summary.json), or set reward.check.judge_min_auc and "
+                f"reward.check.min_preference to 0 to train on an unchecked reward")
+    if not doc["derived_labels"]["good"]:
+        return None
     judge_auc_ = doc["judge"]["derived"]["auc"]
     if settings["weights"]["judge"] > 0 and (judge_auc_ is None or judge_auc_ < th["judge_min_auc"]):
         return (f"tenant {t}: the judge's AUC on labels derived from the tenant's data is {judge_auc_} "
