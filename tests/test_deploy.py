@@ -60,7 +60,7 @@ def deployed(tmp_path_factory):
     root = tmp_path_factory.mktemp("deploy")
     project = Project(root / "proj")
     project.keep_queries(TENANT, 60)
-    for stage in ("build-excel", "ingest", "teacher", "validate", "split"):
+    for stage in ("build-excel", "ingest", "teacher", "validate", "split", "reward-check"):
         project.stage(stage)
     model = root / "model"
     proc = subprocess.run([str(py), "-m", "qrewrite.training.base_model", str(model)], cwd=REPO, capture_output=True,
@@ -78,7 +78,8 @@ def deployed(tmp_path_factory):
     base = ["--config", "config.yaml", "--tenant", TENANT, "--test", PATHS["test"], "--queries", PATHS["queries"]]
     rl = EVAL_PATHS["rewrites"].format(candidate="rl")
     project.qrewrite("eval-generate", *base, "--candidate", "rl", "--model", str(model), "--threads", "2", "--out", rl)
-    project.qrewrite("eval", *base, "--rewrites", rl, "--out", EVAL_PATHS["eval_json"], "--examples", EVAL_PATHS["examples"],
+    project.qrewrite("eval", *base, "--teacher", PATHS["teacher"], "--reward-check", PATHS["reward_check"],
+                     "--rewrites", rl, "--out", EVAL_PATHS["eval_json"], "--examples", EVAL_PATHS["examples"],
                      "--plots", EVAL_PATHS["plots"])
     env = {"QREWRITE_REWRITER_API_KEY": SECRET}
     run = project.qrewrite("deploy-check", *base, "--model", str(model), "--eval-json", EVAL_PATHS["eval_json"], "--eval-rewrites", rl,

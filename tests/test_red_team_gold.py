@@ -164,14 +164,16 @@ def test_eval_reports_gold_and_red_team_apart(project):
                    "compare": [["teacher", "raw"]], "headline": ["teacher"], "bootstrap": {"samples": 200}}
     cfg["tenants"] = [t for t in cfg["tenants"] if t["name"] == "fivedoctors"]
     project.set_config(cfg)
-    for stage in ("build-excel", "ingest", "teacher", "validate", "split"):
+    for stage in ("build-excel", "ingest", "teacher", "validate", "split", "reward-check"):
         project.stage(stage)
     base = ["--config", "config.yaml", "--tenant", "fivedoctors", "--test", "results/fivedoctors/sft/test.jsonl",
             "--queries", "results/fivedoctors/queries.jsonl"]
     for c in ("raw", "teacher"):
         project.qrewrite("eval-rewrites", *base, "--candidate", c, "--teacher", "results/fivedoctors/teacher.jsonl",
                          "--out", f"results/fivedoctors/eval/{c}.jsonl")
-    project.qrewrite("eval", *base, "--rewrites", "results/fivedoctors/eval/raw.jsonl",
+    project.qrewrite("eval", *base, "--teacher", "results/fivedoctors/teacher.jsonl",
+                     "--reward-check", "results/fivedoctors/reward_check.json",
+                     "--rewrites", "results/fivedoctors/eval/raw.jsonl",
                      "results/fivedoctors/eval/teacher.jsonl", "--out", "reports/fivedoctors/eval.json",
                      "--examples", "reports/fivedoctors/examples.jsonl", "--plots", "reports/fivedoctors/plots.json")
     doc = json.loads((project.root / "reports/fivedoctors/eval.json").read_text(encoding="utf-8"))
@@ -270,11 +272,9 @@ def test_data_card_reads_the_pipeline_files(project):
     from qrewrite.paths import tenant_paths
 
     project.keep_queries("fivedoctors", 80)
-    for stage in ("build-excel", "ingest", "teacher", "validate", "split"):
+    for stage in ("build-excel", "ingest", "teacher", "validate", "split", "reward-check", "summarize"):
         project.stage(stage)
     p = tenant_paths("fivedoctors")
-    project.qrewrite("summarize", "--tenant", "fivedoctors", "--stats",
-                     *[p[f"stats_{s}"] for s in ("ingest", "teacher", "validate", "split")], "--out", p["summary"])
     project.qrewrite("data-card", "--config", "config.yaml", "--tenant", "fivedoctors", *[
         a for k in ("queries", "teacher", "validated", "train", "val", "test", "summary") for a in (f"--{k}", p[k])],
         "--out", p["data_card"], "--out-json", p["data_card_json"])

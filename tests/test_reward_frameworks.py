@@ -267,7 +267,8 @@ def test_swift_plugin_registers_and_scores(tmp_path, reward_config):
 CONTEXT_QUERY = {"id": "q-ctx", "query": "这个一天吃几粒", "profile": "",
                  "history": "用户之前问了深海鱼油软胶囊的功效"}
 PLAIN_QUERY = {"id": "q-plain", "query": QUERY, "profile": "", "history": ""}
-CONTEXT_ROLLOUTS = ["深海鱼油软胶囊一天吃几粒", "这个一天吃几粒<|im_end|>"]
+# the first keeps the history's "功效", which the reference left out: only a judge that sees the history knows
+CONTEXT_ROLLOUTS = ["深海鱼油软胶囊的功效一天吃几粒", "这个一天吃几粒<|im_end|>"]
 PLAIN_ROLLOUTS = [TEACHER, "今天天气怎么样"]
 
 AGREE_VERL_DRIVER = """
@@ -397,6 +398,7 @@ def test_verl_and_swift_adapters_give_the_same_reward(tmp_path, judged_config):
     # the context is what the test is about: without the history the judge scores the follow-up differently
     blind = scorer.score_batch([RewardSample(query_id="q-ctx-blind", query=CONTEXT_QUERY["query"], rollout=r,
                                              teacher_rewrite="深海鱼油软胶囊一天吃几粒", gold_doc_ids=["fd-002"])
-                                for r in ("深海鱼油软胶囊一天吃几粒", "这个一天吃几粒")])
-    assert [d["judge_student"] for d in got["verl"]["q-ctx"]] == [5.0, 2.0]
-    assert [d["judge_student"] for d in blind] == [3.5, 5.0]
+                                for r in CONTEXT_ROLLOUTS])
+    seen = [d["judge_student"] for d in got["verl"]["q-ctx"]]
+    assert [d["judge_student"] for d in blind][0] == 5.0 and seen[0] < 5.0, (seen, blind)
+    assert seen[1] < seen[0]  # the unresolved "这个" loses to the resolved rewrite either way
