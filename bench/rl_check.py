@@ -79,7 +79,8 @@ def run(work: Path, tenant: str, log: Path) -> float:
     p, e = tenant_paths(tenant), eval_paths(tenant)
     targets = [e["eval_json"], p["stats_rl"], p["stats_sft"]]
     cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(work), "--configfile",
-           str(work / "config.yaml"), "--cores", "2", *targets]  # the config holds this one tenant
+           str(work / "config.yaml"), "--cores", "2", "--rerun-incomplete", *targets]  # the config holds this one tenant;
+    # an interrupted rl job reruns, and the stage resumes from its last checkpoint
     t0 = time.perf_counter()
     with open(log, "w") as fh:
         proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT,

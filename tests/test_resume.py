@@ -192,6 +192,41 @@ def test_swift_grpo_resumes_from_its_last_complete_checkpoint(cfg, tmp_path, mon
     assert stats["resumed_from"] == "checkpoint-2" and merged[-1]["adapter"] == str(run / "checkpoint-4")
 
 
+class CurveTrainer(FakeTrainer):
+    """FakeTrainer whose reward plugin logs one curve row per step where `qrewrite rl` says ($QREWRITE_CURVE_FILE):
+    the killed run gets to step 3 (checkpoint-2 saved), the resumed one trains steps 3 and 4 again."""
+
+    def __call__(self, argv, **kw):
+        from qrewrite.reward.monitor import CURVE_ENV
+
+        steps = (1, 2, 3) if not self.calls else (3, 4)
+        with open(kw["env"][CURVE_ENV], "a", encoding="utf-8") as fh:
+            for s in steps:
+                fh.write(json.dumps({"step": s, "n": 8, "run": len(self.calls)}) + "\n")
+        return super().__call__(argv, **kw)
+
+
+def test_swift_grpo_resumed_keeps_the_reward_curve_from_step_1(cfg, tmp_path, monkeypatch):
+    """The tb folder is a rule output (Snakemake deletes it with an interrupted job, and the stage starts it
+    afresh): the curve survives in the run folder, the steps after the checkpoint once, from the resumed run."""
+    base, train, _ = _inputs(tmp_path)
+    run, tb = tmp_path / "run", tmp_path / "tb"
+    fake = CurveTrainer(run, tb)
+    monkeypatch.setattr(sc, "run_swift", fake)
+    monkeypatch.setattr(rl_swift, "merge_lora", lambda cfg, **kw: {"wall_s": 0.1})
+    conf = tmp_path / "config.yaml"
+    conf.write_text((REPO / "config.yaml").read_text())
+    kw = dict(config_path=str(conf), model=str(base), train_jsonl=str(train), out=str(tmp_path / "rl"),
+              run_dir=str(run), tb_dir=str(tb))
+    with pytest.raises(QrewriteError):
+        rl_swift.run_swift_grpo(cfg, **kw)
+    import shutil
+    shutil.rmtree(tb, ignore_errors=True)  # what Snakemake does to an incomplete output
+    rl_swift.run_swift_grpo(cfg, **kw)
+    rows = [json.loads(ln) for ln in (tb / "reward_curve.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["run"]) for r in rows] == [(1, 0), (2, 0), (3, 1), (4, 1)]
+
+
 def test_verl_resumes_from_the_last_complete_global_step(cfg, tmp_path, monkeypatch):
     cfg["rl"]["backend"] = "verl"
     cfg["rl"]["verl"]["n_gpus_per_node"] = 1

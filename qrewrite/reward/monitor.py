@@ -14,7 +14,9 @@ Enabled by ``$QREWRITE_TB_DIR`` (set by ``qrewrite rl``); a no-op otherwise, so 
 same outside the pipeline. ms-swift calls the reward once per generation batch, which is one flush
 (step = the trainer's global step). verl calls it once per rollout, so the monitor flushes every
 ``$QREWRITE_TB_FLUSH_EVERY`` rollouts (``qrewrite rl`` sets it to prompts x rollouts per step).
-A JSONL twin (``reward_curve.jsonl`` in the same folder) holds the same numbers for the report.
+A JSONL twin (``reward_curve.jsonl`` in the same folder, or ``$QREWRITE_CURVE_FILE``) holds the same numbers for
+the report; ``qrewrite rl`` keeps it in the run folder, which outlives an interrupted job, so a resumed run's
+curve still starts at step 1.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ FLUSH_EVERY_ENV = "QREWRITE_TB_FLUSH_EVERY"
 TERMS = ("score", "judge_term", "retrieval_term", "win_term", "student_top1", "teacher_top1", "q_student",
          "q_teacher", "judge_sampled")
 CURVE_FILE = "reward_curve.jsonl"
+CURVE_ENV = "QREWRITE_CURVE_FILE"
+STEP_OFFSET_ENV = "QREWRITE_TB_STEP_OFFSET"  # verl resumed at step N counts its flushes from N + 1
 
 
 def batch_scalars(details: list[dict]) -> dict[str, float]:
@@ -70,10 +74,10 @@ class RewardMonitor:
 
         os.makedirs(log_dir, exist_ok=True)
         self.writer = SummaryWriter(log_dir=log_dir, filename_suffix=".qrewrite")
-        self.curve = os.path.join(log_dir, CURVE_FILE)
+        self.curve = os.environ.get(CURVE_ENV) or os.path.join(log_dir, CURVE_FILE)
         self.flush_every = flush_every
         self.pending: list[dict] = []
-        self.flushes = 0
+        self.flushes = int(os.environ.get(STEP_OFFSET_ENV) or 0)
         self.lock = threading.Lock()
 
     def record(self, details: list[dict], stats: dict, step: int | None = None) -> None:

@@ -96,6 +96,17 @@ def mark_finished(run_dir: str | os.PathLike) -> None:
     write_text_atomic(run_dir / STATE_FILE, json.dumps({**state, "finished": True, "ended": time.time()}) + "\n")
 
 
+def truncate_curve(path: str | os.PathLike, step: int) -> None:
+    """Keep the reward curve's rows up to `step` (the checkpoint a run resumes from; 0 for a fresh start): the
+    steps after it are trained again, and their rows come again."""
+    path = Path(path)
+    if not path.is_file():
+        return
+    keep = [ln for ln in path.read_text(encoding="utf-8").splitlines()
+            if ln.strip() and int(json.loads(ln).get("step") or 0) <= step]
+    write_text_atomic(path, "".join(ln + "\n" for ln in keep))
+
+
 # --------------------------------------------------------------------------- transformers / ms-swift
 
 def hf_checkpoint_complete(ck: Path) -> bool:
