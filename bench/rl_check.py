@@ -32,6 +32,7 @@ from qrewrite.io_utils import read_json, read_jsonl, write_text_atomic
 from qrewrite.paths import eval_paths, tenant_paths
 from qrewrite.report import svg
 from qrewrite.reward.monitor import CURVE_FILE
+from qrewrite.training.rl_summary import reward_trend
 
 SETTINGS = REPO / "bench" / "rl_check.yaml"
 ROLLING = 5
@@ -94,10 +95,24 @@ def rolling(values: list[float], k: int) -> list[tuple[int, float]]:
     return [(i + 1, sum(values[i + 1 - k:i + 1]) / k) for i in range(len(values)) if i + 1 >= k]
 
 
+def trainer_curve(run_dir: Path) -> list[dict]:
+    """ms-swift's own per-step log (logging.jsonl in the run folder): the reward per GRPO step from step 1 even
+    when the run was resumed (a resumed step logs again: the last line of a step wins)."""
+    path = run_dir / "logging.jsonl"
+    steps: dict[int, dict] = {}
+    for row in read_jsonl(path) if path.is_file() else []:
+        if "reward" in row and "global_step/max_steps" in row:
+            step = int(str(row["global_step/max_steps"]).split("/")[0])
+            steps[step] = {"reward_mean": float(row["reward"]), "reward_std": float(row.get("reward_std", "nan")),
+                           "clipped_ratio": float(row.get("completions/clipped_ratio", "nan"))}
+    return [steps[k] for k in sorted(steps)]
+
+
 def collect(work: Path, tenant: str, cfg: dict, wall_s: float) -> dict:
     p, e = tenant_paths(tenant), eval_paths(tenant)
     sft, rl = read_json(work / p["stats_sft"]), read_json(work / p["stats_rl"])
-    curve = read_jsonl(work / p["tb_rl"] / CURVE_FILE)
+    curve = trainer_curve(work / p["rl_run"]) or read_jsonl(work / p["tb_rl"] / CURVE_FILE)
+    trend = reward_trend([r["reward_mean"] for r in curve])
     doc = read_json(work / e["eval_json"])
     cands = doc["candidates"]
 
@@ -111,9 +126,11 @@ def collect(work: Path, tenant: str, cfg: dict, wall_s: float) -> dict:
         "settings": {"reward": cfg["reward"], "swift_grpo": cfg["rl"]["swift_grpo"], "split": cfg["split"],
                      "sft": cfg["train"]["sft"]},
         "sft": {k: sft.get(k) for k in ("wall_s", "steps", "schedule", "stopped", "best_eval_loss")},
-        "rl": {"wall_s": rl["wall_s"], "reward_steps": len(curve), "trend": rl["reward"]["trend"],
+        "rl": {"wall_s": rl["wall_s"], "resumed_from": rl.get("resumed_from"), "reward_steps": len(curve),
+               "trend": trend,
                "first": rl["reward"]["first"], "last": rl["reward"]["last"], "vs_sft_on_val": rl.get("vs_sft")},
-        "reward_curve": [{"step": i + 1, "reward_mean": r["reward_mean"], "n": r["n"]} for i, r in enumerate(curve)],
+        "reward_curve": [{"step": i + 1, **{k: r.get(k) for k in ("reward_mean", "reward_std", "clipped_ratio")}}
+                         for i, r in enumerate(curve)],
         "test": {"n": doc["n_queries"], "hit_at_1": {n: hit(n) for n in cands},
                  "rl_vs_sft": doc["comparisons"].get("rl_vs_sft", {}).get("hit_at_1"),
                  "sft_vs_query_history": doc["comparisons"].get("sft_vs_query_history", {}).get("hit_at_1")},
