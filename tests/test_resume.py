@@ -174,10 +174,11 @@ def test_sft_does_not_resume_when_the_data_changed(cfg, tmp_path, monkeypatch):
     assert _resume_arg(fake.calls[1]) is None and not (run / "checkpoint-2").exists()
 
 
-def test_swift_grpo_resumes_from_its_last_complete_checkpoint(cfg, tmp_path, monkeypatch):
+def _grpo_run(tmp_path, monkeypatch, trainer=FakeTrainer):
+    """run_swift_grpo's arguments with `trainer` as ms-swift and a recorded merge: (fake, merged, kw)."""
     base, train, _ = _inputs(tmp_path)
     run, tb = tmp_path / "run", tmp_path / "tb"
-    fake = FakeTrainer(run, tb)
+    fake = trainer(run, tb)
     monkeypatch.setattr(sc, "run_swift", fake)
     merged = []
     monkeypatch.setattr(rl_swift, "merge_lora", lambda cfg, **kw: merged.append(kw) or {"wall_s": 0.1})
@@ -185,6 +186,12 @@ def test_swift_grpo_resumes_from_its_last_complete_checkpoint(cfg, tmp_path, mon
     conf.write_text((REPO / "config.yaml").read_text())
     kw = dict(config_path=str(conf), model=str(base), train_jsonl=str(train), out=str(tmp_path / "rl"),
               run_dir=str(run), tb_dir=str(tb))
+    return fake, merged, kw
+
+
+def test_swift_grpo_resumes_from_its_last_complete_checkpoint(cfg, tmp_path, monkeypatch):
+    fake, merged, kw = _grpo_run(tmp_path, monkeypatch)
+    run = tmp_path / "run"
     with pytest.raises(QrewriteError):
         rl_swift.run_swift_grpo(cfg, **kw)
     stats = rl_swift.run_swift_grpo(cfg, **kw)
@@ -209,15 +216,8 @@ class CurveTrainer(FakeTrainer):
 def test_swift_grpo_resumed_keeps_the_reward_curve_from_step_1(cfg, tmp_path, monkeypatch):
     """The tb folder is a rule output (Snakemake deletes it with an interrupted job, and the stage starts it
     afresh): the curve survives in the run folder, the steps after the checkpoint once, from the resumed run."""
-    base, train, _ = _inputs(tmp_path)
-    run, tb = tmp_path / "run", tmp_path / "tb"
-    fake = CurveTrainer(run, tb)
-    monkeypatch.setattr(sc, "run_swift", fake)
-    monkeypatch.setattr(rl_swift, "merge_lora", lambda cfg, **kw: {"wall_s": 0.1})
-    conf = tmp_path / "config.yaml"
-    conf.write_text((REPO / "config.yaml").read_text())
-    kw = dict(config_path=str(conf), model=str(base), train_jsonl=str(train), out=str(tmp_path / "rl"),
-              run_dir=str(run), tb_dir=str(tb))
+    _, _, kw = _grpo_run(tmp_path, monkeypatch, CurveTrainer)
+    tb = tmp_path / "tb"
     with pytest.raises(QrewriteError):
         rl_swift.run_swift_grpo(cfg, **kw)
     import shutil

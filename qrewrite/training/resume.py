@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from ..io_utils import write_text_atomic
+from ..reward.monitor import CURVE_FILE
 
 STATE_FILE = "qrewrite-run.json"
 VERL_TRACKER = "latest_checkpointed_iteration.txt"
@@ -96,15 +97,23 @@ def mark_finished(run_dir: str | os.PathLike) -> None:
     write_text_atomic(run_dir / STATE_FILE, json.dumps({**state, "finished": True, "ended": time.time()}) + "\n")
 
 
-def truncate_curve(path: str | os.PathLike, step: int) -> None:
-    """Keep the reward curve's rows up to `step` (the checkpoint a run resumes from; 0 for a fresh start): the
-    steps after it are trained again, and their rows come again."""
-    path = Path(path)
-    if not path.is_file():
-        return
-    keep = [ln for ln in path.read_text(encoding="utf-8").splitlines()
-            if ln.strip() and int(json.loads(ln).get("step") or 0) <= step]
-    write_text_atomic(path, "".join(ln + "\n" for ln in keep))
+def curve_for_run(run_dir: str | os.PathLike, step: int) -> Path:
+    """The reward curve's file for a run: in the run folder, which outlives an interrupted job (the tb folder is a
+    rule output, deleted with it). Rows after `step` (the checkpoint the run resumes from; 0 for a fresh start) are
+    dropped: those steps are trained again, and their rows come again."""
+    path = Path(run_dir) / CURVE_FILE
+    if path.is_file():
+        keep = [ln for ln in path.read_text(encoding="utf-8").splitlines()
+                if ln.strip() and int(json.loads(ln).get("step") or 0) <= step]
+        write_text_atomic(path, "".join(ln + "\n" for ln in keep))
+    return path
+
+
+def publish_curve(curve: Path, tb_dir: str | os.PathLike) -> None:
+    """After training: the run's whole curve beside the TensorBoard events, where the summary and report read it."""
+    if curve.is_file():
+        os.makedirs(tb_dir, exist_ok=True)
+        write_text_atomic(Path(tb_dir) / CURVE_FILE, curve.read_text(encoding="utf-8"))
 
 
 # --------------------------------------------------------------------------- transformers / ms-swift

@@ -8,8 +8,7 @@ from pathlib import Path
 
 from ..config import base_model_swift
 from ..envs import REPO, repo_pythonpath
-from ..io_utils import write_text_atomic
-from ..reward.monitor import CURVE_ENV, CURVE_FILE, FLUSH_EVERY_ENV, TB_DIR_ENV
+from ..reward.monitor import CURVE_ENV, FLUSH_EVERY_ENV, TB_DIR_ENV
 from ..reward.adapter import CONFIG_ENV, PROJECT_ROOT_ENV
 from . import resume
 from . import swift_cmds as sc
@@ -36,19 +35,14 @@ def run_swift_grpo(cfg: dict, *, config_path: str, model: str, train_jsonl: str,
     ck = resume.last_complete_hf_checkpoint(run_dir) if resume.prepare_run_dir(run_dir, fp) else None
     if ck:
         argv = sc.grpo_cmd({**cmd, "resume_from_checkpoint": str(ck)})
-    # the reward curve lives in the run folder (tb_dir is an output, deleted with an interrupted job) and is
-    # copied beside the TensorBoard events at the end: a resumed run's curve still starts at step 1
-    curve = Path(run_dir) / CURVE_FILE
-    resume.truncate_curve(curve, int(ck.name.split("-")[1]) if ck else 0)
+    curve = resume.curve_for_run(run_dir, int(ck.name.split("-")[1]) if ck else 0)  # a resumed curve starts at 1
     env = {CONFIG_ENV: str(Path(config_path).resolve()), TB_DIR_ENV: str(Path(tb_dir).resolve()),
            CURVE_ENV: str(curve.resolve()), FLUSH_EVERY_ENV: "0", "PYTHONPATH": repo_pythonpath(),
            PROJECT_ROOT_ENV: os.getcwd()}
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     wall = sc.run_swift(argv, log_file=log_file, env=env)
-    if curve.is_file():
-        os.makedirs(tb_dir, exist_ok=True)
-        write_text_atomic(Path(tb_dir) / CURVE_FILE, curve.read_text(encoding="utf-8"))
+    resume.publish_curve(curve, tb_dir)
     ckpt = sc.last_checkpoint(run_dir)
     merged = merge_lora(cfg, base=model, adapter=str(ckpt), out=out, log_file=log_file)
     resume.mark_finished(run_dir)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from ..envs import REPO, repo_pythonpath
 from ..errors import QrewriteError
-from ..io_utils import atomic_dir, write_text_atomic
-from ..reward.monitor import CURVE_ENV, CURVE_FILE, FLUSH_EVERY_ENV, STEP_OFFSET_ENV, TB_DIR_ENV
+from ..io_utils import atomic_dir
+from ..reward.monitor import CURVE_ENV, FLUSH_EVERY_ENV, STEP_OFFSET_ENV, TB_DIR_ENV
 from ..reward.adapter import CONFIG_ENV, PROJECT_ROOT_ENV
 from .verl_overrides import build_command, resolve_config
 from . import resume
@@ -89,14 +89,11 @@ def run_verl(cfg: dict, *, config_path: str, model: str, train: str, val: str, o
     if step is not None:
         paths["resume_from"] = str(Path(run_dir).resolve() / f"global_step_{step}")
         argv = build_command(cfg["rl"]["verl"], paths, python=sys.executable)
-    # the reward curve in the run folder, which outlives an interrupted job (as in rl_swift)
-    curve = Path(run_dir) / CURVE_FILE
-    resume.truncate_curve(curve, step or 0)
+    curve = resume.curve_for_run(run_dir, step or 0)  # a resumed curve starts at step 1
     env = {**verl_env(cfg, config_path=config_path, tb_dir=tb_dir), CURVE_ENV: str(curve.resolve()),
            STEP_OFFSET_ENV: str(step or 0)}
     wall = run_swift(argv, log_file=log_file, env=env)  # same streaming runner: any command works
-    if curve.is_file():
-        write_text_atomic(Path(tb_dir) / CURVE_FILE, curve.read_text(encoding="utf-8"))
+    resume.publish_curve(curve, tb_dir)
     actor = latest_actor_checkpoint(run_dir, critic=critic)
     with atomic_dir(out) as tmp:
         hf = Path(tmp) / "hf"
