@@ -7,11 +7,12 @@ tie-aware Hit@1 of raw / query + history / teacher / SFT / RL on the test split 
 RL − SFT interval; and bench/results/rl_check_<tenant>.svg, the reward curve with its rolling mean.
 
     .venv/bin/python bench/rl_check.py --tenant fivedoctors --sft-epochs 0.5      # a deliberately short SFT
+    .venv/bin/python bench/rl_check.py --tenant cqr --sft-epochs 0.5 --name rl_check_cqr_short_sft
     .venv/bin/python bench/rl_check.py --tenant cqr                               # data/cqr (make cqr-data)
     .venv/bin/python bench/rl_check.py --tenant fivedoctors --grpo-steps 80 --set rl.swift_grpo.learning_rate=1e-4
 
-The work folder (default bench/work/rl_check-<tenant>) is kept: rerunning with other GRPO settings retrains RL
-only (Snakemake sees the SFT model up to date).
+The work folder (default bench/work/rl_check-<tenant>, or bench/work/<name>) is kept: rerunning with other GRPO
+settings retrains RL only (Snakemake sees the SFT model up to date).
 """
 
 from __future__ import annotations
@@ -155,9 +156,12 @@ def main() -> None:
     ap.add_argument("--grpo-steps", type=int, help="rl.swift_grpo.max_steps")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="any config key, e.g. rl.swift_grpo.learning_rate=1e-4 (repeatable)")
+    ap.add_argument("--name", help="result name under bench/results (default rl_check_<tenant>): keep one run's "
+                                   "figures beside another's")
     ap.add_argument("--fresh", action="store_true", help="delete the work folder first")
     args = ap.parse_args()
-    work = args.work or REPO / "bench" / "work" / f"rl_check-{args.tenant}"
+    name = args.name or f"rl_check_{args.tenant}"
+    work = args.work or REPO / "bench" / "work" / (args.name or f"rl_check-{args.tenant}")
     if args.fresh and work.exists():
         shutil.rmtree(work)
     overrides = [setting(*kv.split("=", 1)) for kv in args.set]
@@ -168,7 +172,6 @@ def main() -> None:
     cfg = project(work, args.tenant, overrides)
     wall = run(work, args.tenant, work / "snakemake.log")
     result = collect(work, args.tenant, cfg, wall)
-    name = f"rl_check_{args.tenant}"
     write_result(name, result)
     write_text_atomic(REPO / "bench" / "results" / f"{name}.svg", chart(result))
     print(json.dumps({k: result[k] for k in ("sft", "rl", "test", "gold_set")}, indent=1))
