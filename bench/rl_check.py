@@ -4,7 +4,8 @@ Runs the pipeline for one tenant in a work folder with config.yaml + bench/rl_ch
 the GRPO settings, a 30 % test split) and writes bench/results/rl_check_<tenant>.json: the SFT run, the reward
 curve per GRPO step with its trend, the rl stage's own RL-vs-SFT verdict on the validation prompts, and the eval's
 tie-aware Hit@1 of raw / query + history / teacher / SFT / RL on the test split and the gold set with the paired
-RL − SFT interval; and bench/results/rl_check_<tenant>.svg, the reward curve with its rolling mean.
+RL − SFT interval; and bench/results/rl_check_<tenant>.svg, the reward curve with its rolling mean (`--name`
+chooses another name than rl_check_<tenant>).
 
     .venv/bin/python bench/rl_check.py --tenant fivedoctors --sft-epochs 0.5      # a deliberately short SFT
     .venv/bin/python bench/rl_check.py --tenant cqr --sft-epochs 0.5 --name rl_check_cqr_short_sft
