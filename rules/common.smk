@@ -11,8 +11,8 @@ from qrewrite.envs import own_bin_first_on_path
 from qrewrite.errors import QrewriteError
 from qrewrite.io_utils import write_text_atomic
 from qrewrite.paths import demo_excel
-from qrewrite.workflow.stages import (DIRECTORIES, STAGES, candidates, command, flat, job_files, jobs, named_files,
-                                      resolve)
+from qrewrite.workflow.stages import (DIRECTORIES, STAGES, candidates, command, flat, job_files, job_threads, jobs,
+                                      named_files, resolve)
 
 # Every rule runs plain `qrewrite` (a container's or conda env's own one there); on the host, the one next to the
 # Python running Snakemake comes first on PATH, so `.venv/bin/snakemake` needs no .venv/bin on PATH.
@@ -25,6 +25,10 @@ TENANTS = {t["name"]: t for t in config["tenants"]}
 # The tenants whose targets `snakemake` builds: all, or those named by `--config only=NAME[,NAME]`.
 # The tenant list itself stays whole, so explicit targets of any tenant keep working.
 SELECTED = selected_tenants(config)
+# Threads of a training / generation job: train.threads, or with `auto` --cores shared among the selected
+# tenants (make run: 2 cores, 2 tenants -> 1 each, the two tenants' chains side by side). The Slurm profile's
+# set-threads overrides it per rule.
+TRAIN_THREADS = job_threads(config["train"]["threads"], workflow.cores, len(SELECTED))
 # Rule build_excel writes a demo tenant's Excel (tenants[].demo_source) at one path pattern, data/raw/<name>.xlsx.
 for _t in TENANTS.values():
     if _t["demo_source"] and _t["raw_excel"] != demo_excel(_t["name"]):

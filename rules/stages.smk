@@ -14,7 +14,7 @@ for _s in STAGES.values():
         params: **params(_s)
         log: **logs(_s)
         benchmark: f"benchmarks/{where(_s)}{_s.name}.tsv"
-        threads: config["train"]["threads"] if _s.threads else 1
+        threads: TRAIN_THREADS if _s.threads else 1
         resources: mem_mb=_s.mem_mb, runtime=_s.runtime
         wildcard_constraints: **constraints(_s)
         container: container(_s)

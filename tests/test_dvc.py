@@ -21,6 +21,9 @@ STAGE_RULES = ("build_excel", "ingest", "teacher", "validate", "split", "reward_
                "base_model", "sft",
                "merge_sft", "rl_data", "rl", "eval_generate", "eval_rewrites", "eval", "report")
 SNAKEMAKE_CONFIG = "--config results/.config.resolved.yaml"
+_CONFIG = yaml.safe_load((REPO / "config.yaml").read_text(encoding="utf-8"))
+TRAIN_THREADS = _CONFIG.get("train", {}).get("threads", 1)
+TENANT_NAMES = [t["name"] for t in _CONFIG["tenants"]]
 DATA_STAGES = ("build_excel", "ingest", "teacher", "validate", "split", "reward_check", "summarize")
 
 
@@ -103,7 +106,8 @@ def snakemake_jobs(root: Path) -> dict[tuple[str, str], dict]:
     exe = Path(sys.executable).parent / "snakemake"
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     # as many cores as the training rules' threads, so `--threads {threads}` is not capped below config
-    cores = yaml.safe_load((REPO / "config.yaml").read_text(encoding="utf-8")).get("train", {}).get("threads", 1)
+    # (`auto`: two cores per tenant, as_dvc_cmd checks the share and drops it: dvc repro leaves it to the command)
+    cores = TRAIN_THREADS if TRAIN_THREADS != "auto" else 2 * len(TENANT_NAMES)
     proc = subprocess.run([str(exe), "-s", str(REPO / "Snakefile"), "-d", str(root), "-n", "-p", "--forceall",
                            "--cores", str(cores)], capture_output=True, text=True, env=env, timeout=300)
     text = proc.stdout + proc.stderr
@@ -129,6 +133,9 @@ def as_dvc_cmd(snakemake_cmd: str) -> str:
     """The Snakemake shell command as the DVC stage runs it: the source config, no redirect to logs/."""
     assert SNAKEMAKE_CONFIG in snakemake_cmd or snakemake_cmd.startswith("qrewrite summarize"), snakemake_cmd
     cmd = snakemake_cmd.replace(SNAKEMAKE_CONFIG, "--config config.yaml")
+    if TRAIN_THREADS == "auto":  # Snakemake's share of --cores (2 per tenant); dvc.yaml leaves threads out
+        assert " --threads " not in cmd or " --threads 2" in cmd, cmd
+        cmd = cmd.replace(" --threads 2", "")
     cmd = re.sub(r" \|\| \{ rc=\$\?;.*\}$", "", cmd)  # common.smk SHOW_LOG_ON_ERROR
     cmd = re.sub(r" && \{ grep -h ' WARNING qrewrite' .*\}$", "", cmd)  # common.smk SHOW_WARNINGS
     return re.sub(r"\s+(2>\s*logs/\S+|>\s*logs/\S+\s+2>&1)$", "", cmd).strip()

@@ -19,7 +19,7 @@ from conftest import REPO
 from qrewrite.cli import build_parser
 from qrewrite.config import load_config
 from qrewrite.workflow.code_deps import registration_importers
-from qrewrite.workflow.stages import CONFIG_FILES, STAGES, jobs
+from qrewrite.workflow.stages import CONFIG_FILES, STAGES, job_threads, jobs
 
 TARGET_RULES = {"all", "data", "models", "deploy"}
 
@@ -160,3 +160,20 @@ def test_a_demo_tenant_whose_excel_is_elsewhere_is_a_clear_error(project):
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "data/raw/fivedoctors.xlsx, not data/raw/other.xlsx" in out, out[-2000:]
     assert "demo_source: null" in out
+
+
+def test_auto_threads_share_the_cores_among_the_tenants_and_snakemake_passes_them():
+    assert job_threads(6, 2, 2) == 6  # an integer is taken as given (Snakemake caps it at --cores)
+    assert [job_threads("auto", 2, n) for n in (1, 2, 3)] == [2, 1, 1]
+    assert job_threads("auto", 16, 3) == 5 and job_threads("auto", None, 2) == 1
+    exe = Path(sys.executable).parent / "snakemake"
+
+    def threads(*extra: str) -> set[str]:
+        out = subprocess.run([str(exe), "-n", "-p", "--forceall", "--cores", "2", *extra], cwd=REPO, text=True,
+                             capture_output=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return set(re.findall(r"qrewrite sft .*?--threads (\d+)", out.stdout + out.stderr))
+
+    both = {"only=" + ",".join(t["name"] for t in load_config(REPO / "config.yaml")["tenants"][:2])}
+    assert threads("--config", *both, "train={threads: auto}") == {"1"}  # two tenants side by side on 2 cores
+    assert threads("--config", "only=fivedoctors", "train={threads: auto}") == {"2"}  # one tenant: both cores

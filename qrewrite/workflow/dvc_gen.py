@@ -189,7 +189,8 @@ def _dvc_stage(s: Stage, cfg: dict, params: _Params, config_path: str) -> dict |
     jobs = stages_mod.jobs(s, cfg)
     if not jobs:
         return None
-    threads = cfg["train"]["threads"]
+    # `dvc repro` runs one stage at a time: `auto` leaves a command its default, all of the machine's cores
+    threads = None if cfg["train"]["threads"] == "auto" else cfg["train"]["threads"]
     if s.per in ("once", "all_tenants"):
         ins, outs = stages_mod.job_files(s, "in", None, cfg), stages_mod.job_files(s, "out", None, cfg)
         entries, _ = params.entries(s, [])
