@@ -91,8 +91,10 @@ def stage_rows() -> list[str]:
     by_rule: dict[str, dict[str, float]] = defaultdict(dict)
     tenants: list[str] = []
     for name, v in r6["per_rule"].items():
-        tenant, _, rule = name.rpartition("/")
-        tenant = tenant or "both tenants"
+        # benchmarks/{rule}.tsv, {tenant}/{rule}.tsv or {tenant}/{candidate}/{rule}.tsv (eval_rewrites, eval_generate)
+        parts = name.split("/")
+        tenant = parts[0] if len(parts) > 1 else "both tenants"
+        rule = parts[-1] + (f" ({parts[1]})" if len(parts) > 2 else "")
         by_rule[rule][tenant] = v["s"]
         if tenant not in tenants:
             tenants.append(tenant)
