@@ -236,3 +236,130 @@ def test_ppo_and_grpo_pass_verls_own_validate_config(tmp_path):
     res = run_verl(VALIDATE_DRIVER, tmp_path, str(tmp_path))
     assert res["ppo"] == "ok" and res["grpo"] == "ok"
     assert "real_train_batch_size (32) must be divisible by minimal possible batch size (3)" in res["bad"]
+
+
+GPUS_DRIVER = """
+import json, sys
+repo, out_path = sys.argv[1], sys.argv[-1]
+from omegaconf import OmegaConf
+from verl_compose_check import compose_verl_config
+from qrewrite.training.verl_overrides import build_overrides
+
+paths = dict(model="/models/sft-merged", train_files="/data/train.parquet", val_files="/data/val.parquet",
+             reward_fn=repo + "/qrewrite/reward/verl_reward.py", checkpoint_dir="/ckpt")
+res = {}
+for gpus, nodes in ((1, 1), (8, 1), (8, 2)):
+    for attention in ("sdpa", "flash_attention_2"):
+        for algo in ("ppo", "grpo"):
+            cfg = {"algorithm": algo, "n_gpus_per_node": gpus, "nnodes": nodes}
+            c = OmegaConf.to_container(compose_verl_config(build_overrides(cfg, paths, attention=attention)), resolve=True)
+            m, cm = c["actor_rollout_ref"]["model"], c["critic"]["model"]
+            res[f"{algo}-{gpus}x{nodes}-{attention}"] = {
+                "layered_summon": c["actor_rollout_ref"]["rollout"]["layered_summon"],
+                "load_format": c["actor_rollout_ref"]["rollout"]["load_format"],
+                "actor_attn": m["override_config"].get("attn_implementation"),
+                "actor_remove_padding": m["use_remove_padding"],
+                "critic_enable": c["critic"]["enable"],
+                "critic_attn": cm["override_config"].get("attn_implementation"),
+                "critic_remove_padding": cm["use_remove_padding"], "critic_lib": cm["external_lib"],
+                "strategy": c["actor_rollout_ref"]["actor"]["strategy"]}
+json.dump(res, open(out_path, "w"))
+"""
+
+
+@pytest.fixture(scope="module")
+def by_gpus(tmp_path_factory) -> dict:
+    return run_verl(GPUS_DRIVER, tmp_path_factory.mktemp("verl_gpus"))
+
+
+@pytest.mark.parametrize("algo", ["ppo", "grpo"])
+def test_lora_weight_sync_summons_layered_only_when_sharded(by_gpus, algo):
+    """H200 run: on one GPU (FSDP1 NO_SHARD) layered_summon falls back to summon_full_params(offload_to_cpu=True),
+    which FSDP1 refuses; with more than one GPU the actor is sharded and the offloading fallback works."""
+    for attention in ("sdpa", "flash_attention_2"):
+        one, eight, sixteen = (by_gpus[f"{algo}-{g}-{attention}"] for g in ("1x1", "8x1", "8x2"))
+        assert one["layered_summon"] is False
+        assert eight["layered_summon"] is True and sixteen["layered_summon"] is True
+        # the adapter path needs the real base weights in vLLM in every case (verl's LoRA guide)
+        assert {one["load_format"], eight["load_format"]} == {"safetensors"}
+        assert one["strategy"] == "fsdp"
+
+
+def test_attention_follows_flash_attn(by_gpus):
+    """sdpa without flash-attn (remove-padding off: packed sequences need its varlen kernels), flash_attention_2
+    with it, for the actor and the critic alike; the critic's loader comes from qrewrite.training.verl_critic."""
+    for gpus in ("1x1", "8x1"):
+        sdpa, flash = by_gpus[f"ppo-{gpus}-sdpa"], by_gpus[f"ppo-{gpus}-flash_attention_2"]
+        assert (sdpa["actor_attn"], sdpa["critic_attn"]) == ("sdpa", "sdpa")
+        assert sdpa["actor_remove_padding"] is False and sdpa["critic_remove_padding"] is False
+        assert (flash["actor_attn"], flash["critic_attn"]) == ("flash_attention_2", "flash_attention_2")
+        assert flash["actor_remove_padding"] is True and flash["critic_remove_padding"] is True
+        assert sdpa["critic_enable"] is True and sdpa["critic_lib"] == "qrewrite.training.verl_critic"
+    assert by_gpus["grpo-1x1-sdpa"]["critic_enable"] is False
+
+
+def test_pick_attention():
+    from qrewrite.training.verl_overrides import build_overrides, pick_attention
+
+    assert pick_attention(None, False) == "sdpa" and pick_attention("flash_attention_2", False) == "sdpa"
+    assert pick_attention(None, True) == "flash_attention_2"
+    assert pick_attention("eager", True) == "eager" and pick_attention("sdpa", True) == "sdpa"
+    with pytest.raises(ValueError, match="attention"):
+        build_overrides({"algorithm": "ppo"}, dict(model="m", train_files="t", val_files="v", reward_fn="r",
+                                                   checkpoint_dir="c"), attention="flash")
+
+
+CRITIC_DRIVER = """
+import json, os, sys
+repo, tmp, out_path = sys.argv[1], sys.argv[2], sys.argv[-1]
+import torch
+from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+from qrewrite.training.base_model import find_gguf
+
+assert __import__("importlib").util.find_spec("flash_attn") is None, "this check is about a worker without flash-attn"
+model_dir = os.path.join(tmp, "model")
+g = find_gguf()
+tok = AutoTokenizer.from_pretrained(str(g.parent), gguf_file=g.name)
+conf = Qwen2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                   num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+conf.architectures = ["Qwen2ForCausalLM"]
+torch.manual_seed(0)
+Qwen2ForCausalLM(conf).save_pretrained(model_dir)
+tok.save_pretrained(model_dir)
+
+def critic_config(external_lib):
+    # as verl's critic worker builds it: HFModelConfig from critic.model, then _build_module's value-model settings
+    from verl.workers.config import HFModelConfig
+    cfg = HFModelConfig(path=model_dir, external_lib=external_lib, override_config={"attn_implementation": "sdpa"})
+    hf = cfg.hf_config
+    hf.num_labels, hf.classifier_dropout, hf.hidden_dropout, hf.summary_dropout_prob = 1, 0.0, "0", 0.0
+    return hf
+
+res = {}
+import verl.utils.model as vm
+try:  # verl's own loader, as the H200 run met it
+    vm.load_valuehead_model(model_dir, torch.float32, critic_config(None), False)
+    res["verl_own"] = "loaded"
+except Exception as e:
+    res["verl_own"] = f"{type(e).__name__}: {e}"
+hf = critic_config("qrewrite.training.verl_critic")  # verl imports the external lib here
+from verl.utils.model import load_valuehead_model  # looked up at call time, as transformer_impl does
+model = load_valuehead_model(model_dir, torch.float32, hf, False)
+ids = torch.tensor([tok("孕妇能吃鱼油吗").input_ids])
+with torch.no_grad():
+    values = model(input_ids=ids).logits
+res.update(cls=type(model).__name__, attn=model.config._attn_implementation, shape=list(values.shape),
+           patched=load_valuehead_model.__module__)
+json.dump(res, open(out_path, "w"))
+"""
+
+
+@pytest.mark.slow
+def test_critic_loads_with_sdpa_without_flash_attn(tmp_path):
+    """The PPO critic on a worker without flash-attn: verl 0.9.1's loader fails (hard-coded flash_attention_2);
+    through critic.model.external_lib (verl's own hook) the project's loader builds it with the configured sdpa."""
+    res = run_verl(CRITIC_DRIVER, tmp_path, str(tmp_path))
+    assert "flash" in res["verl_own"].lower() or "trl" in res["verl_own"].lower(), res["verl_own"]
+    assert res["patched"] == "qrewrite.training.verl_critic"
+    assert res["cls"] == "Qwen2ForTokenClassification" and res["attn"] == "sdpa"
+    assert res["shape"][0] == 1 and res["shape"][-1] == 1  # one value per token

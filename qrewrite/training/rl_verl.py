@@ -19,11 +19,17 @@ from ..errors import QrewriteError
 from ..io_utils import atomic_dir
 from ..reward.monitor import CURVE_ENV, FLUSH_EVERY_ENV, STEP_OFFSET_ENV, TB_DIR_ENV
 from ..reward.adapter import CONFIG_ENV, PROJECT_ROOT_ENV
-from .verl_overrides import build_command, resolve_config
+from .verl_overrides import build_command, have_flash_attn, pick_attention, resolve_config
 from . import resume
 from .swift_cmds import run_swift, swift_env
 
 REWARD_FILE = REPO / "qrewrite" / "reward" / "verl_reward.py"
+
+
+def verl_attention() -> str:
+    """flash_attention_2 where flash-attn is installed (verl's default), else sdpa: verl's workers run in this
+    Python's environment (the verl image on the cluster, the staged site on the GPU check)."""
+    return pick_attention(None, have_flash_attn())
 
 
 def verl_paths(*, model: str, train: str, val: str, run_dir: str) -> dict:
@@ -82,13 +88,14 @@ def run_verl(cfg: dict, *, config_path: str, model: str, train: str, val: str, o
     os.makedirs(tb_dir, exist_ok=True)
     critic = resolve_config(cfg["rl"]["verl"])["algorithm"] == "ppo"
     paths = verl_paths(model=model, train=train, val=val, run_dir=run_dir)
-    argv = build_command(cfg["rl"]["verl"], paths, python=sys.executable)
+    attention = verl_attention()
+    argv = build_command(cfg["rl"]["verl"], paths, python=sys.executable, attention=attention)
     # same command and inputs as an interrupted run: continue from its last complete global_step_N
     fp = resume.fingerprint(argv[1:], [model, train, val, config_path, REWARD_FILE])
     step = resume.prepare_verl_resume(run_dir, critic=critic) if resume.prepare_run_dir(run_dir, fp) else None
     if step is not None:
         paths["resume_from"] = str(Path(run_dir).resolve() / f"global_step_{step}")
-        argv = build_command(cfg["rl"]["verl"], paths, python=sys.executable)
+        argv = build_command(cfg["rl"]["verl"], paths, python=sys.executable, attention=attention)
     curve = resume.curve_for_run(run_dir, step or 0)  # a resumed curve starts at step 1
     env = {**verl_env(cfg, config_path=config_path, tb_dir=tb_dir), CURVE_ENV: str(curve.resolve()),
            STEP_OFFSET_ENV: str(step or 0)}
@@ -107,5 +114,5 @@ def run_verl(cfg: dict, *, config_path: str, model: str, train: str, val: str, o
         final.rmdir()
     resume.mark_finished(run_dir)
     return {"backend": "verl", "algorithm": cfg["rl"]["verl"]["algorithm"], "wall_s": round(wall, 1),
-            "resumed_from_step": step,
+            "resumed_from_step": step, "attention": attention,
             "checkpoint": str(actor.parent.name), "overrides": argv[3:]}

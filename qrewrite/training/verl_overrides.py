@@ -34,10 +34,24 @@ Key findings for verl 0.9.1 (keys moved between versions):
   ``trainer.resume_from_path=<default_local_dir>/global_step_N`` when the run directory
   holds a complete step (``qrewrite.training.resume`` picks it), else ``disable``: ``auto``
   would trust ``latest_checkpointed_iteration.txt`` as verl left it.
+* LoRA weight sync into vLLM (H200 run, 2026-11-26): under FSDP1 verl's LoRA wrap policy makes every LoRA
+  ``Linear`` its own FSDP unit, whose own parameter names hold no ``lora_``, so ``layered_summon`` always comes
+  back empty and falls back to ``summon_full_params(offload_to_cpu=True)``, which FSDP1 refuses unsharded
+  (NO_SHARD, one GPU): "offload_to_cpu=True and NO_SHARD is not supported yet". So ``layered_summon`` is on only
+  where the actor is sharded (more than one GPU in all: the fallback then gathers to CPU, sparing GPU memory);
+  on one GPU the adapter is summoned in place, which is what verl does with it off. FSDP2 (``strategy: fsdp2``)
+  was the other way out; verl 0.9.1's default strategy (fsdp) is kept so one GPU and a cluster run one engine.
+* Attention: verl's default is flash_attention_2 (HFModelConfig), and flash-attn has no PyPI wheel. ``attention``
+  (``rl_verl.verl_attention``: flash_attention_2 where the package is installed, else sdpa) goes to both models'
+  ``override_config``; remove-padding packs a micro-batch into one sequence, which only flash-attn's varlen
+  kernels keep apart, so it is on only with flash-attn. The critic's loader ignores the config
+  (``verl.utils.model.load_valuehead_model`` hard-codes flash_attention_2): ``critic.model.external_lib`` imports
+  ``qrewrite.training.verl_critic`` in the critic's worker, which replaces that loader by one that honours it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import sys
 from typing import Any, Mapping
@@ -96,6 +110,20 @@ DEFAULTS: dict[str, Any] = {
 _SAFE = re.compile(r"[A-Za-z0-9_./~+@:%-]+")
 
 REQUIRED_PATHS = ("model", "train_files", "val_files", "reward_fn", "checkpoint_dir")
+FLASH = "flash_attention_2"
+ATTENTION = (FLASH, "sdpa", "eager")
+CRITIC_LIB = "qrewrite.training.verl_critic"  # verl external_lib: the critic loader that honours the attention
+
+
+def have_flash_attn() -> bool:
+    return importlib.util.find_spec("flash_attn") is not None
+
+
+def pick_attention(configured: str | None, flash_available: bool) -> str:
+    """The configured attention; flash_attention_2 (verl's default) only where flash-attn is installed, else sdpa."""
+    if configured in (None, "", FLASH):
+        return FLASH if flash_available else "sdpa"
+    return configured
 
 
 def _fmt(v: Any) -> str:
@@ -162,7 +190,7 @@ def resolve_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return c
 
 
-def build_overrides(cfg: Mapping[str, Any], paths: Mapping[str, Any]) -> list[str]:
+def build_overrides(cfg: Mapping[str, Any], paths: Mapping[str, Any], *, attention: str = "sdpa") -> list[str]:
     """Hydra override strings for ``python -m verl.trainer.main_ppo``.
 
     cfg: RL hyper-parameters (keys of DEFAULTS; may be nested under ``"rl"``).
@@ -171,7 +199,10 @@ def build_overrides(cfg: Mapping[str, Any], paths: Mapping[str, Any]) -> list[st
     ``reward_fn`` (python file with the reward function), ``checkpoint_dir``
     (trainer.default_local_dir); optional ``tokenizer``, ``rollout_data_dir``,
     ``resume_from`` (a complete ``global_step_N`` folder under checkpoint_dir).
+    attention: the actor's, reference's and critic's attn_implementation (flash_attention_2 needs flash-attn).
     """
+    if attention not in ATTENTION:
+        raise ValueError(f"attention must be one of {ATTENTION}, got {attention!r}")
     missing = [k for k in REQUIRED_PATHS if not paths.get(k)]
     if missing:
         raise ValueError(f"missing paths: {missing}")
@@ -179,6 +210,8 @@ def build_overrides(cfg: Mapping[str, Any], paths: Mapping[str, Any]) -> list[st
     grpo = c["algorithm"] == "grpo"
     lora = int(c["lora_rank"]) > 0
     mbs = int(c["micro_batch_size_per_gpu"])
+    packed = attention == FLASH  # remove-padding needs flash-attn's varlen kernels (module doc)
+    sharded = int(c["n_gpus_per_node"]) * int(c["nnodes"]) > 1  # layered_summon only works sharded (module doc)
     A = "actor_rollout_ref"
     o: list[tuple[str, Any]] = [
         # --- algorithm
@@ -201,7 +234,8 @@ def build_overrides(cfg: Mapping[str, Any], paths: Mapping[str, Any]) -> list[st
         (f"{A}.model.lora_rank", int(c["lora_rank"])),
         (f"{A}.model.lora_alpha", int(c["lora_alpha"])),
         (f"{A}.model.target_modules", c["target_modules"]),
-        (f"{A}.model.use_remove_padding", True),
+        (f"{A}.model.use_remove_padding", packed),
+        (f"++{A}.model.override_config.attn_implementation", attention),
         (f"{A}.model.enable_gradient_checkpointing", True),
         # --- actor
         (f"{A}.actor.optim.lr", float(c["actor_lr"])),
@@ -229,7 +263,7 @@ def build_overrides(cfg: Mapping[str, Any], paths: Mapping[str, Any]) -> list[st
     if lora:
         # vLLM serves the LoRA as an adapter; base weights must be the real ones
         # (default load_format=dummy relies on a full weight sync).
-        o += [(f"{A}.rollout.load_format", "safetensors"), (f"{A}.rollout.layered_summon", True)]
+        o += [(f"{A}.rollout.load_format", "safetensors"), (f"{A}.rollout.layered_summon", sharded)]
     # --- critic (PPO only)
     o.append(("critic.enable", not grpo))
     if not grpo:
@@ -238,7 +272,9 @@ def build_overrides(cfg: Mapping[str, Any], paths: Mapping[str, Any]) -> list[st
             ("critic.model.lora_rank", int(c["critic_lora_rank"])),
             ("critic.model.lora_alpha", int(c["lora_alpha"])),
             ("critic.model.target_modules", c["target_modules"]),
-            ("critic.model.use_remove_padding", True),
+            ("critic.model.use_remove_padding", packed),
+            ("++critic.model.override_config.attn_implementation", attention),
+            ("critic.model.external_lib", CRITIC_LIB),
             ("critic.model.enable_gradient_checkpointing", True),
             ("critic.optim.lr", float(c["critic_lr"])),
             ("critic.optim.clip_grad", float(c["max_grad_norm"])),
@@ -287,7 +323,7 @@ def build_overrides(cfg: Mapping[str, Any], paths: Mapping[str, Any]) -> list[st
 
 
 def build_command(
-    cfg: Mapping[str, Any], paths: Mapping[str, Any], python: str | None = None
+    cfg: Mapping[str, Any], paths: Mapping[str, Any], python: str | None = None, *, attention: str = "sdpa"
 ) -> list[str]:
     """argv for launching verl's PPO entry point with our overrides."""
-    return [python or sys.executable, "-m", "verl.trainer.main_ppo", *build_overrides(cfg, paths)]
+    return [python or sys.executable, "-m", "verl.trainer.main_ppo", *build_overrides(cfg, paths, attention=attention)]

@@ -1,0 +1,212 @@
+"""What the GPU check sends back: summary.json (phases, per-step metrics, resume, models, GPU memory, failures),
+the logs and a tarball of the stats, lineage and run folders (at most 8 files come back from a device call).
+
+Per-step figures are verl's own console metrics (``step:N - timing_s/gen:... - critic/score/mean:...``): timing_s/gen
+(rollout generation), timing_s/reward, timing_s/update_actor, timing_s/update_critic (PPO), timing_s/step, the
+reward (critic/score/mean) and perf/max_memory_allocated_gb.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import re
+import shutil
+import tarfile
+from pathlib import Path
+
+from ..io_utils import write_json
+
+STEP = re.compile(r"step:(\d+) - (.*)$")
+ERROR = re.compile(r"\b([A-Za-z_.]*(?:Error|Exception)|error)\b[:(]")
+KEYS = ("timing_s/gen", "timing_s/reward", "timing_s/old_log_prob", "timing_s/ref", "timing_s/values",
+        "timing_s/adv", "timing_s/update_critic", "timing_s/update_actor", "timing_s/update_weights",
+        "timing_s/save_checkpoint", "timing_s/step", "critic/score/mean", "critic/rewards/mean",
+        "critic/vf_loss", "actor/pg_loss", "actor/kl_loss", "response_length/mean",
+        "perf/max_memory_allocated_gb", "perf/max_memory_reserved_gb", "perf/throughput")
+
+
+def step_metrics(log: Path) -> list[dict]:
+    """verl's per-step console lines, the KEYS of each (in step order; a resumed run's own steps only)."""
+    rows = {}
+    if not log.is_file():
+        return []
+    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+        m = STEP.search(line)
+        if not m:
+            continue
+        vals = {}
+        for part in m.group(2).split(" - "):
+            k, _, v = part.partition(":")
+            if k.strip() in KEYS:
+                try:
+                    vals[k.strip()] = round(float(v), 4)
+                except ValueError:
+                    pass
+        t = re.match(r"\[\s*([\d.]+)\]", line)
+        rows[int(m.group(1))] = {"step": int(m.group(1)), "t_s": float(t.group(1)) if t else None, **vals}
+    return [rows[k] for k in sorted(rows)]
+
+
+def first_error(lines: list[str]) -> str | None:
+    """The last exception line of a log tail (the one a traceback ends with)."""
+    hits = [ln for ln in lines if ERROR.search(ln) and "Warning" not in ln]
+    return hits[-1].strip()[:400] if hits else None
+
+
+def gpu_memory(csv: Path) -> dict:
+    used = []
+    if csv.is_file():
+        for ln in csv.read_text().splitlines():
+            parts = [p.strip() for p in ln.split(",")]
+            if len(parts) >= 2 and parts[1].isdigit():
+                used.append(int(parts[1]))
+    return {"samples": len(used), "peak_mib": max(used, default=None), "idle_mib": min(used, default=None)}
+
+
+def grep(log: Path, pattern: str) -> list[str]:
+    if not log.is_file():
+        return []
+    rx = re.compile(pattern)
+    return [ln[:300] for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if rx.search(ln)]
+
+
+def model_record(folder: Path) -> dict:
+    if not folder.is_dir():
+        return {"exists": False}
+    lineage = folder / "lineage.json"
+    rec = {"exists": True, "files": sorted(p.name for p in folder.iterdir()), "lineage": lineage.is_file()}
+    if lineage.is_file():
+        lin = json.loads(lineage.read_text(encoding="utf-8"))
+        rec["lineage_keys"] = sorted(lin)[:30]
+    return rec
+
+
+def collect(work: Path, out: Path) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    phases = {}
+    for status in sorted((work / "status").glob("*.json")):
+        st = json.loads(status.read_text(encoding="utf-8"))
+        st["error"] = None if st["rc"] == 0 or st.get("step_at_kill") is not None else first_error(st.get("tail", []))
+        if not st["error"]:
+            st.pop("tail", None)
+        phases[st["name"]] = st
+    logs = work / "logs"
+    summary = {
+        "env": json.loads((work / "env.json").read_text()) if (work / "env.json").is_file() else None,
+        "timeline": [json.loads(ln) for ln in (work / "timeline.jsonl").read_text().splitlines()]
+        if (work / "timeline.jsonl").is_file() else [],
+        "phases": phases,
+        "steps": {name: step_metrics(logs / f"{name}.log") for name in phases},
+        "resume": {
+            "killed_after_step": (phases.get("ppo_a") or {}).get("step_at_kill"),
+            "resume_lines": grep(logs / "ppo_b.log", r"trainer\.resume_from_path=|[Rr]esum(e|ing) from|Load from checkpoint")[:6],
+            "resumed_from_step": _stat(work, "ppo", "resumed_from_step"),
+            "steps_after_resume": [r["step"] for r in step_metrics(logs / "ppo_b.log")],
+        },
+        "critic_loader": grep(logs / "ppo_a.log", r"qrewrite\.training\.verl_critic")[:4],
+        "models": {n: model_record(work / "models" / n) for n in ("ppo", "grpo")},
+        "stats": {n: _stats(work, n) for n in ("ppo", "grpo")},
+        "gpu_memory": gpu_memory(out / "nvsmi.csv"),
+    }
+    summary["failures"] = {n: p["error"] for n, p in phases.items() if p.get("error")}
+    write_json(out / "summary.json", summary)
+    for name in phases:
+        log = logs / f"{name}.log"
+        if log.is_file():
+            with open(log, "rb") as fin, gzip.open(out / f"{name}.log.gz", "wb") as fout:
+                shutil.copyfileobj(fin, fout)
+    with tarfile.open(out / "results.tar.gz", "w:gz") as tar:
+        for sub in ("stats", "status", "cfg", "tb"):
+            if (work / sub).is_dir():
+                tar.add(work / sub, arcname=sub)
+        for name in ("ppo", "grpo"):
+            lin = work / "models" / name / "lineage.json"
+            if lin.is_file():
+                tar.add(lin, arcname=f"models/{name}/lineage.json")
+            run = work / "runs" / name
+            if run.is_dir():  # the checkpoints' layout, not their weights
+                listing = "\n".join(str(p.relative_to(run)) for p in sorted(run.rglob("*")))
+                (work / f"{name}-run-files.txt").write_text(listing + "\n")
+                tar.add(work / f"{name}-run-files.txt", arcname=f"runs/{name}-files.txt")
+    return summary
+
+
+# A rehearsal (CPU) run must get as far as a GPU is needed and fail there, not before: on a wrong override, a
+# missing module or a config key verl does not know.
+EARLY = re.compile(r"ModuleNotFoundError|ImportError|ConfigAttributeError|ConfigKeyError|ConfigCompositionException|"
+                   r"InterpolationResolutionError|Could not override|ValidationError|QrewriteError|qrewrite rl: error: "
+                   r"(?!`)")
+GPU_BOUNDARY = re.compile(r"NCCL|nccl|CUDA|cuda|GPU|[Nn]o accelerator")
+
+
+def verdict(s: dict, work: Path, *, rehearsal: bool) -> list[tuple[str, bool, str]]:
+    """(check, passed, detail) for what the check must show."""
+    logs, out = work / "logs", []
+    if rehearsal:
+        for name in ("ppo_a", "grpo"):
+            log = logs / f"{name}.log"
+            text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+            err = (s["phases"].get(name) or {}).get("error") or ""
+            early = EARLY.search(err)
+            out += [(f"{name}: verl's validate_config passed", "All configuration checks passed" in text, ""),
+                    (f"{name}: Ray started and the trainer built its workers",
+                     "Started a local Ray instance" in text and "create worker group" in text, ""),
+                    (f"{name}: not stopped by an import or config error", early is None, err[:200]),
+                    (f"{name}: stopped where a GPU is needed", bool(GPU_BOUNDARY.search(err)), err[:200])]
+        return out
+    ppo_b, grpo = s["phases"].get("ppo_b") or {}, s["phases"].get("grpo") or {}
+    r = s["resume"]
+    out += [("ppo_a stopped after its global_step_2", r["killed_after_step"] == 2, str(r["killed_after_step"])),
+            ("ppo_b finished", ppo_b.get("rc") == 0, str(ppo_b.get("error") or ppo_b.get("rc"))),
+            ("ppo_b resumed from step 2 (trainer.resume_from_path in its command)",
+             r["resumed_from_step"] == 2 and any("resume_from_path=" in ln and "global_step_2" in ln
+                                                  for ln in r["resume_lines"]), str(r["resumed_from_step"])),
+            ("ppo_b trained steps 3 and 4 only", r["steps_after_resume"] == [3, 4], str(r["steps_after_resume"])),
+            ("grpo finished its 4 steps", grpo.get("rc") == 0 and [x["step"] for x in s["steps"].get("grpo", [])] == [1, 2, 3, 4],
+             str(grpo.get("error") or [x["step"] for x in s["steps"].get("grpo", [])]))]
+    for n in ("ppo", "grpo"):
+        m = s["models"][n]
+        out.append((f"models/{n}: merged model with lineage", bool(m.get("exists") and m.get("lineage")
+                                                                  and "model.safetensors" in m.get("files", [])), ""))
+    return out
+
+
+def _stats(work: Path, name: str) -> dict | None:
+    p = work / "stats" / f"{name}.json"
+    if not p.is_file():
+        return None
+    s = json.loads(p.read_text(encoding="utf-8"))
+    s.pop("overrides", None)
+    return s
+
+
+def _stat(work: Path, name: str, key: str):
+    s = _stats(work, name)
+    return s.get(key) if s else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m qrewrite.gpucheck.collect", description=__doc__.split("\n")[0])
+    ap.add_argument("work")
+    ap.add_argument("out")
+    ap.add_argument("--rehearsal", action="store_true", help="judge a CPU rehearsal (runs end at the GPU boundary)")
+    args = ap.parse_args(argv)
+    s = collect(Path(args.work), Path(args.out))
+    checks = verdict(s, Path(args.work), rehearsal=args.rehearsal)
+    s["verdict"] = [{"check": c, "passed": ok, "detail": d} for c, ok, d in checks]
+    write_json(Path(args.out) / "summary.json", s)
+    for name, p in s["phases"].items():
+        print(f"{name}: rc {p['rc']} {p['wall_s']} s" + (f" stopped {p['killed']}" if p["killed"] else "")
+              + (f" ERROR {p['error']}" if p.get("error") else "") + f"; steps {[r['step'] for r in s['steps'][name]]}")
+    print("resume:", json.dumps(s["resume"], ensure_ascii=False)[:600])
+    print("models:", {n: m.get("exists") and m.get("lineage") for n, m in s["models"].items()})
+    print("gpu memory:", s["gpu_memory"])
+    for c, ok, d in checks:
+        print(f"  {'PASS' if ok else 'FAIL'}  {c}" + (f"  ({d})" if d and not ok else ""))
+    return 0 if all(ok for _, ok, _ in checks) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,78 @@
+"""The GPU check's import check: the whole chain imports, at the versions the kit carries, before any run starts
+(a broken import then costs seconds, not a run's start-up). Writes env.json: versions, the GPU, flash-attn and
+the attention the runs get, and whether verl took the project's critic loader (verl_critic)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.metadata as md
+import platform
+import shutil
+import sys
+import time
+
+from ..io_utils import write_json
+
+CHAIN = ("torch", "transformers", "tokenizers", "peft", "ray", "verl", "vllm", "trl", "tensordict", "transfer_queue",
+         "jieba", "bm25s", "vllm.v1.engine.core", "vllm.entrypoints.openai.api_server", "verl.trainer.main_ppo",
+         "verl.workers.rollout.vllm_rollout.vllm_async_server")
+DISTS = ("torch", "transformers", "tokenizers", "peft", "ray", "verl", "vllm", "trl", "numpy", "pydantic",
+         "accelerate", "datasets", "tensordict", "xgrammar", "flash-attn")
+
+
+def check(*, gpu: bool) -> dict:
+    t0 = time.monotonic()
+    env: dict = {"python": platform.python_version(), "executable": sys.executable, "versions": {}, "imports": {},
+                 "gcc": shutil.which("gcc")}
+    for d in DISTS:
+        try:
+            env["versions"][d] = md.version(d)
+        except md.PackageNotFoundError:
+            env["versions"][d] = None
+    failed = []
+    for mod in CHAIN:
+        t = time.monotonic()
+        try:
+            importlib.import_module(mod)
+            env["imports"][mod] = round(time.monotonic() - t, 2)
+        except Exception as e:  # every failure listed, then the check fails
+            env["imports"][mod] = f"{type(e).__name__}: {e}"[:300]
+            failed.append(mod)
+    import torch
+
+    env["cuda"] = torch.cuda.is_available()
+    env["device"] = torch.cuda.get_device_name(0) if env["cuda"] else None
+    from ..training.rl_verl import verl_attention
+    from ..training import verl_critic
+    import verl.utils.model as vm
+
+    env["attention"] = verl_attention()
+    env["critic_loader_patched"] = vm.load_valuehead_model is verl_critic.load_valuehead_model
+    env["import_s"] = round(time.monotonic() - t0, 1)
+    env["failed"] = failed
+    if gpu and not env["cuda"]:
+        failed.append("torch.cuda")
+    return env
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m qrewrite.gpucheck.imports", description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True, help="env.json to write")
+    ap.add_argument("--cpu", action="store_true", help="rehearsal: no GPU required")
+    args = ap.parse_args(argv)
+    env = check(gpu=not args.cpu)
+    write_json(args.out, env)
+    print("versions:", {k: v for k, v in env["versions"].items() if v})
+    print(f"cuda {env['cuda']} {env['device'] or ''}; attention {env['attention']}; critic loader patched "
+          f"{env['critic_loader_patched']}; imports {env['import_s']} s")
+    if env["failed"]:
+        for m in env["failed"]:
+            print(f"IMPORT FAILED {m}: {env['imports'].get(m)}", file=sys.stderr)
+        return 1
+    print("IMPORT CHECK OK")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
