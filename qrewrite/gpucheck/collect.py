@@ -68,8 +68,12 @@ def gpu_memory(csv: Path) -> dict:
 def grep(log: Path, pattern: str) -> list[str]:
     if not log.is_file():
         return []
-    rx = re.compile(pattern)
-    return [ln[:300] for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if rx.search(ln)]
+    rx, out = re.compile(pattern), []
+    for ln in log.read_text(encoding="utf-8", errors="replace").splitlines():
+        m = rx.search(ln)
+        if m:  # the match in its context: a command line is thousands of characters long
+            out.append(ln[max(0, m.start() - 80):m.end() + 160])
+    return out
 
 
 def model_record(folder: Path) -> dict:
