@@ -58,7 +58,7 @@ if command -v nvidia-smi >/dev/null; then
 fi
 mark installed
 
-$PY -m qrewrite.gpucheck.imports --out "$W/env.json" $([ $REHEARSE = 1 ] && echo --cpu) || {
+[ -n "${SKIP_IMPORTS:-}" ] || $PY -m qrewrite.gpucheck.imports --out "$W/env.json" $([ $REHEARSE = 1 ] && echo --cpu) || {
   say "import check failed"; $PY -m qrewrite.gpucheck.collect "$W" "$OUT"; exit 1; }
 mark imports
 $PY -m qrewrite.gpucheck.run_config --tenant "$TENANT" --out "$W/cfg" $([ $REHEARSE = 1 ] && echo --rehearse) >/dev/null || exit 1
@@ -74,6 +74,8 @@ phase() {  # NAME [phase options] -- COMMAND: stopped by the deadline at the lat
     --budget "$(left)" "$@"
 }
 
+if [ "${ONLY:-}" = ppo ]; then  # a short look at one PPO run, no resume (a lease's last minutes)
+  rl ppo; phase ppo -- "${RL[@]}"; $PY -m qrewrite.gpucheck.collect "$W" "$OUT"; exit; fi
 say "ppo_a: PPO until its global_step_2 checkpoint, then stopped"
 rl ppo
 phase ppo_a --kill-after-step 2 --run-dir "$W/runs/ppo" --critic -- "${RL[@]}" &

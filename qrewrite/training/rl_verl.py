@@ -19,7 +19,7 @@ from ..errors import QrewriteError
 from ..io_utils import atomic_dir
 from ..reward.monitor import CURVE_ENV, FLUSH_EVERY_ENV, STEP_OFFSET_ENV, TB_DIR_ENV
 from ..reward.adapter import CONFIG_ENV, PROJECT_ROOT_ENV
-from .verl_overrides import build_command, have_flash_attn, pick_attention, resolve_config
+from .verl_overrides import CRITIC_LIB, build_command, have_flash_attn, pick_attention, resolve_config
 from . import resume
 from .swift_cmds import run_swift, swift_env
 
@@ -43,7 +43,9 @@ def verl_env(cfg: dict, *, config_path: str, tb_dir: str) -> dict[str, str]:
     return {CONFIG_ENV: str(Path(config_path).resolve()), TB_DIR_ENV: str(Path(tb_dir).resolve()),
             "TENSORBOARD_DIR": str(Path(tb_dir).resolve()),  # verl's own tensorboard logger
             FLUSH_EVERY_ENV: str(int(c["train_batch_size"]) * int(c["rollout_n"])),  # one flush per step
-            "PYTHONPATH": repo_pythonpath(), PROJECT_ROOT_ENV: os.getcwd()}
+            "PYTHONPATH": repo_pythonpath(), PROJECT_ROOT_ENV: os.getcwd(),
+            # every verl process (Ray workers inherit it) imports the critic loader that honours the attention
+            "VERL_USE_EXTERNAL_MODULES": CRITIC_LIB}
 
 
 def latest_actor_checkpoint(run_dir: str | Path, *, critic: bool) -> Path:

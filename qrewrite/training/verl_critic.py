@@ -6,12 +6,12 @@ in its ``AutoModelForTokenClassification`` path and again in trl's value-head fa
 (no wheel on PyPI) cannot build a critic at all (H200 run, 2026-11-26: "FlashAttention2 has been toggled on, but
 ... the package for FlashAttention2 doesn't seem to be installed").
 
-verl imports a model config's ``external_lib`` in every process that builds that config
-(``HFModelConfig.__post_init__``), before the critic's engine loads it, and the engine looks the loader up at call
-time (``from verl.utils.model import load_valuehead_model`` inside ``_build_module``). So
-``critic.model.external_lib=qrewrite.training.verl_critic`` (``verl_overrides.build_overrides`` sets it) puts
-``load_valuehead_model`` below in its place: same two paths, the configured attention, flash-attn only where it
-is installed.
+verl imports the modules named in ``VERL_USE_EXTERNAL_MODULES`` whenever a process imports verl
+(``verl/__init__.py``), and the critic's engine looks the loader up at call time (``from verl.utils.model import
+load_valuehead_model`` inside ``_build_module``). So ``rl_verl.verl_env`` names this module there, and every verl
+process, the Ray worker that builds the critic included, gets ``load_valuehead_model`` below in verl's place:
+same two paths, the configured attention, flash-attn only where it is installed. (verl's per-model
+``external_lib`` is not enough: it is imported where the config object is built, the TaskRunner, not in the worker.)
 """
 
 from __future__ import annotations

@@ -34,19 +34,22 @@ Key findings for verl 0.9.1 (keys moved between versions):
   ``trainer.resume_from_path=<default_local_dir>/global_step_N`` when the run directory
   holds a complete step (``qrewrite.training.resume`` picks it), else ``disable``: ``auto``
   would trust ``latest_checkpointed_iteration.txt`` as verl left it.
-* LoRA weight sync into vLLM (H200 run, 2026-11-26): under FSDP1 verl's LoRA wrap policy makes every LoRA
-  ``Linear`` its own FSDP unit, whose own parameter names hold no ``lora_``, so ``layered_summon`` always comes
-  back empty and falls back to ``summon_full_params(offload_to_cpu=True)``, which FSDP1 refuses unsharded
-  (NO_SHARD, one GPU): "offload_to_cpu=True and NO_SHARD is not supported yet". So ``layered_summon`` is on only
-  where the actor is sharded (more than one GPU in all: the fallback then gathers to CPU, sparing GPU memory);
-  on one GPU the adapter is summoned in place, which is what verl does with it off. FSDP2 (``strategy: fsdp2``)
-  was the other way out; verl 0.9.1's default strategy (fsdp) is kept so one GPU and a cluster run one engine.
+* FSDP2 (``strategy: fsdp2``) for the actor, reference and critic: with verl 0.9.1's default FSDP1, a LoRA
+  actor cannot hand its adapter to vLLM. verl's LoRA wrap policy makes every LoRA ``Linear`` its own FSDP1 unit;
+  ``collect_lora_params`` then returns nothing with ``layered_summon`` off (the units' state-dict names never
+  pass peft's filter: vLLM's ``add_lora`` fails with StopIteration, H200 run 2026-11-26), and with it on its
+  empty result falls back to ``summon_full_params(offload_to_cpu=True)``, which FSDP1 refuses unsharded (one
+  GPU: "offload_to_cpu=True and NO_SHARD is not supported yet", H200 run). Under FSDP2 the same function returns
+  every LoRA tensor under peft's names, layered or not (tests/test_verl.py runs verl's own function on CPU).
+  ``layered_summon`` stays off: under FSDP2 its per-unit pass comes back empty and falls back to the full one.
 * Attention: verl's default is flash_attention_2 (HFModelConfig), and flash-attn has no PyPI wheel. ``attention``
   (``rl_verl.verl_attention``: flash_attention_2 where the package is installed, else sdpa) goes to both models'
   ``override_config``; remove-padding packs a micro-batch into one sequence, which only flash-attn's varlen
   kernels keep apart, so it is on only with flash-attn. The critic's loader ignores the config
-  (``verl.utils.model.load_valuehead_model`` hard-codes flash_attention_2): ``critic.model.external_lib`` imports
-  ``qrewrite.training.verl_critic`` in the critic's worker, which replaces that loader by one that honours it.
+  (``verl.utils.model.load_valuehead_model`` hard-codes flash_attention_2): ``rl_verl.verl_env`` has every verl
+  process import ``qrewrite.training.verl_critic`` (verl's ``VERL_USE_EXTERNAL_MODULES``), which replaces that
+  loader by one that honours it. (``critic.model.external_lib`` is imported only where the config object is
+  built, the TaskRunner, not in the worker that loads the critic: H200 run.)
 """
 
 from __future__ import annotations
@@ -112,7 +115,8 @@ _SAFE = re.compile(r"[A-Za-z0-9_./~+@:%-]+")
 REQUIRED_PATHS = ("model", "train_files", "val_files", "reward_fn", "checkpoint_dir")
 FLASH = "flash_attention_2"
 ATTENTION = (FLASH, "sdpa", "eager")
-CRITIC_LIB = "qrewrite.training.verl_critic"  # verl external_lib: the critic loader that honours the attention
+CRITIC_LIB = "qrewrite.training.verl_critic"  # imported by every verl process: the critic loader honouring attention
+STRATEGY = "fsdp2"  # LoRA weight sync into vLLM works under FSDP2 only (module doc)
 
 
 def have_flash_attn() -> bool:
@@ -211,7 +215,6 @@ def build_overrides(cfg: Mapping[str, Any], paths: Mapping[str, Any], *, attenti
     lora = int(c["lora_rank"]) > 0
     mbs = int(c["micro_batch_size_per_gpu"])
     packed = attention == FLASH  # remove-padding needs flash-attn's varlen kernels (module doc)
-    sharded = int(c["n_gpus_per_node"]) * int(c["nnodes"]) > 1  # layered_summon only works sharded (module doc)
     A = "actor_rollout_ref"
     o: list[tuple[str, Any]] = [
         # --- algorithm
@@ -238,6 +241,7 @@ def build_overrides(cfg: Mapping[str, Any], paths: Mapping[str, Any], *, attenti
         (f"++{A}.model.override_config.attn_implementation", attention),
         (f"{A}.model.enable_gradient_checkpointing", True),
         # --- actor
+        (f"{A}.actor.strategy", STRATEGY),  # the reference model's follows it
         (f"{A}.actor.optim.lr", float(c["actor_lr"])),
         (f"{A}.actor.optim.clip_grad", float(c["max_grad_norm"])),
         (f"{A}.actor.ppo_epochs", int(c["ppo_epochs"])),
@@ -263,18 +267,18 @@ def build_overrides(cfg: Mapping[str, Any], paths: Mapping[str, Any], *, attenti
     if lora:
         # vLLM serves the LoRA as an adapter; base weights must be the real ones
         # (default load_format=dummy relies on a full weight sync).
-        o += [(f"{A}.rollout.load_format", "safetensors"), (f"{A}.rollout.layered_summon", sharded)]
+        o += [(f"{A}.rollout.load_format", "safetensors"), (f"{A}.rollout.layered_summon", False)]
     # --- critic (PPO only)
     o.append(("critic.enable", not grpo))
     if not grpo:
         o += [
+            ("critic.strategy", STRATEGY),
             ("critic.model.path", str(paths["model"])),
             ("critic.model.lora_rank", int(c["critic_lora_rank"])),
             ("critic.model.lora_alpha", int(c["lora_alpha"])),
             ("critic.model.target_modules", c["target_modules"]),
             ("critic.model.use_remove_padding", packed),
             ("++critic.model.override_config.attn_implementation", attention),
-            ("critic.model.external_lib", CRITIC_LIB),
             ("critic.model.enable_gradient_checkpointing", True),
             ("critic.optim.lr", float(c["critic_lr"])),
             ("critic.optim.clip_grad", float(c["max_grad_norm"])),
