@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 CORES  ?= 2
 
 .PHONY: run run-quick test env test-env bench clean base-wheels
-.PHONY: container-tools containers containers-save test-containers cqr-data cqr rl-check test-tools
+.PHONY: container-tools containers containers-save test-containers cqr-data cqr rl-check test-tools gpu-kit gpu-rehearsal
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -107,3 +107,35 @@ RL_CHECK_TENANT ?= fivedoctors
 RL_CHECK_ARGS ?= --sft-epochs 0.5
 rl-check: $(VENV)/.data-env .venvs/swift/.installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/rl_check.py --tenant $(RL_CHECK_TENANT) $(RL_CHECK_ARGS)
+
+# The verl GPU check (docs/gpu-check.md). `make gpu-kit` stages, under .gpu/ (git-ignored), what a lent GPU machine
+# without network needs: the verl + vLLM wheels the image lacks (envs/gpu-kit-exclude.txt: what stays home, why),
+# a tiny random Qwen2 with the base model's tokenizer, one tenant's RL data; cut into chunks of <= 57.5 MiB.
+# .gpu/kit.json lists the device calls; scripts/gpu_verl_check.sh runs the check there.
+GPU_KIT_TENANT ?= fivedoctors
+# Python 3.12 (the GPU image's): on PATH, else a pyenv-installed one
+PYTHON312 ?= $(shell command -v python3.12 >/dev/null 2>&1 && python3.12 -c 'import sys' 2>/dev/null && echo python3.12 || ls -d $$HOME/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | tail -1)
+
+.venvs/kit/.installed: envs/gpu-kit.txt
+	$(PYTHON) -m venv .venvs/kit
+	.venvs/kit/bin/pip install -q -r envs/gpu-kit.txt
+	touch $@
+
+gpu-kit: $(VENV)/.data-env .venvs/swift/.installed .venvs/verl/.installed .venvs/kit/.installed
+	$(BIN)/snakemake --cores $(CORES) models/base results/$(GPU_KIT_TENANT)/rl/train.parquet \
+	    results/$(GPU_KIT_TENANT)/reward_check.json
+	$(PYTHON) -m qrewrite.gpucheck.kit --tenant $(GPU_KIT_TENANT)
+
+# The CPU rehearsal of the check (CI runs it): the same kit in a Python 3.12 venv holding what the GPU image holds
+# (.gpu/image-standin.txt: the packages the kit leaves home for the image, torch 2.11.0 among them), the same
+# script, each run going as far as a machine without a GPU lets it (NCCL init).
+.venvs/gpu-rehearsal/.installed: .gpu/image-standin.txt
+	@test -n "$(PYTHON312)" || { echo "gpu-rehearsal needs Python 3.12 (the GPU image's): set PYTHON312=" >&2; exit 1; }
+	rm -rf .venvs/gpu-rehearsal
+	$(PYTHON312) -m venv .venvs/gpu-rehearsal
+	.venvs/gpu-rehearsal/bin/pip install -q --no-deps -r .gpu/image-standin.txt
+	touch $@
+
+gpu-rehearsal: gpu-kit
+	$(MAKE) .venvs/gpu-rehearsal/.installed
+	bash scripts/gpu_verl_check.sh --rehearse .gpu/chunks .gpu/rehearsal

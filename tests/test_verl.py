@@ -26,14 +26,14 @@ from test_reward_frameworks import train_python  # shared skip rule
 REWARD_FN = REPO / "qrewrite" / "reward" / "verl_reward.py"
 
 
-def run_verl(script: str, tmp: Path, *args: str, timeout: int = 300) -> dict:
+def run_verl(script: str, tmp: Path, *args: str, timeout: int = 300, extra_env: dict | None = None) -> dict:
     py = train_python("verl")
     drv = tmp / "driver.py"
     drv.write_text(textwrap.dedent(script), encoding="utf-8")
     out = tmp / "out.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(TESTS)]),  # TESTS: the verl_*_check helpers
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+           "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **(extra_env or {})}
     proc = subprocess.run([str(py), str(drv), str(REPO), *args, str(out)], env=env, capture_output=True,
                           text=True, timeout=timeout, cwd=str(tmp))
     assert proc.returncode == 0, f"verl driver failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
@@ -261,8 +261,9 @@ for gpus, nodes in ((1, 1), (8, 1), (8, 2)):
                 "actor_remove_padding": m["use_remove_padding"],
                 "critic_enable": c["critic"]["enable"],
                 "critic_attn": cm["override_config"].get("attn_implementation"),
-                "critic_remove_padding": cm["use_remove_padding"], "critic_lib": cm["external_lib"],
-                "strategy": c["actor_rollout_ref"]["actor"]["strategy"]}
+                "critic_remove_padding": cm["use_remove_padding"],
+                "strategy": c["actor_rollout_ref"]["actor"]["strategy"],
+                "ref_strategy": c["actor_rollout_ref"]["ref"]["strategy"], "critic_strategy": c["critic"]["strategy"]}
 json.dump(res, open(out_path, "w"))
 """
 
@@ -273,28 +274,83 @@ def by_gpus(tmp_path_factory) -> dict:
 
 
 @pytest.mark.parametrize("algo", ["ppo", "grpo"])
-def test_lora_weight_sync_summons_layered_only_when_sharded(by_gpus, algo):
-    """H200 run: on one GPU (FSDP1 NO_SHARD) layered_summon falls back to summon_full_params(offload_to_cpu=True),
-    which FSDP1 refuses; with more than one GPU the actor is sharded and the offloading fallback works."""
-    for attention in ("sdpa", "flash_attention_2"):
-        one, eight, sixteen = (by_gpus[f"{algo}-{g}-{attention}"] for g in ("1x1", "8x1", "8x2"))
-        assert one["layered_summon"] is False
-        assert eight["layered_summon"] is True and sixteen["layered_summon"] is True
-        # the adapter path needs the real base weights in vLLM in every case (verl's LoRA guide)
-        assert {one["load_format"], eight["load_format"]} == {"safetensors"}
-        assert one["strategy"] == "fsdp"
+def test_fsdp2_for_every_gpu_count(by_gpus, algo):
+    """FSDP2 for the actor (the reference follows it) and the critic, on 1, 8 and 16 GPUs: the LoRA adapter reaches
+    vLLM only under FSDP2 (test_lora_sync_* below); layered_summon off (under FSDP2 it comes back empty and falls
+    back to the full pass anyway)."""
+    for gpus in ("1x1", "8x1", "8x2"):
+        for attention in ("sdpa", "flash_attention_2"):
+            c = by_gpus[f"{algo}-{gpus}-{attention}"]
+            assert c["strategy"] == "fsdp2" and c["ref_strategy"] == "fsdp2"
+            assert c["layered_summon"] is False and c["load_format"] == "safetensors"
+            if algo == "ppo":
+                assert c["critic_strategy"] == "fsdp2"
+
+
+LORA_SYNC_DRIVER = """
+import json, os, sys
+repo, strategy, out_path = sys.argv[1], sys.argv[2], sys.argv[-1]
+import torch, torch.distributed as dist
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + os.getpid() % 1000))
+dist.init_process_group("gloo", rank=0, world_size=1)  # one GPU's world, on CPU
+from peft import LoraConfig, get_peft_model
+from transformers import Qwen2Config, Qwen2ForCausalLM
+from verl.utils.fsdp_utils import collect_lora_params, get_fsdp_wrap_policy
+
+torch.manual_seed(0)
+model = Qwen2ForCausalLM(Qwen2Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                     num_attention_heads=2, num_key_value_heads=1))
+model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear"))
+expected = sorted(k.replace(".default", "") for k, _ in model.named_parameters() if "lora_" in k)
+if strategy == "fsdp":  # verl's FSDP1 engine: its wrap policy for LoRA, unsharded on one rank
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
+    module = FSDP(model, auto_wrap_policy=get_fsdp_wrap_policy(model, config=None, is_lora=True),
+                  sharding_strategy=ShardingStrategy.NO_SHARD, device_id=torch.device("cpu"))
+else:  # verl's FSDP2 engine
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+    from verl.utils.fsdp_utils import apply_fsdp2
+    mesh = init_device_mesh("cpu", (1,), mesh_dim_names=["fsdp"])
+    apply_fsdp2(model, {"mesh": mesh, "mp_policy": MixedPrecisionPolicy(), "offload_policy": None,
+                        "reshard_after_forward": True}, {"wrap_policy": {}})
+    module = model
+res = {"expected": expected}
+for layered in (True, False):  # what verl's update_weights collects for vLLM (adapter path: base_sync_done)
+    try:
+        res[str(layered)] = sorted(collect_lora_params(module, layered_summon=layered, base_sync_done=True))
+    except Exception as e:
+        res[str(layered)] = f"{type(e).__name__}: {e}"
+json.dump(res, open(out_path, "w"))
+"""
+
+
+@pytest.mark.slow
+def test_lora_sync_fsdp1_hands_vllm_nothing_on_one_gpu(tmp_path):
+    """The two H200 failures, reproduced with verl's own function: FSDP1 on one GPU either refuses
+    (layered_summon: "offload_to_cpu=True and NO_SHARD") or collects no LoRA tensor (vLLM's add_lora then fails)."""
+    res = run_verl(LORA_SYNC_DRIVER, tmp_path, "fsdp")
+    assert "NO_SHARD" in res["True"]
+    assert res["False"] == []
+
+
+@pytest.mark.slow
+def test_lora_sync_fsdp2_collects_every_adapter_tensor(tmp_path):
+    res = run_verl(LORA_SYNC_DRIVER, tmp_path, "fsdp2")
+    assert len(res["expected"]) == 28  # 2 layers x 7 linear modules x (A, B)
+    assert res["False"] == res["expected"] and res["True"] == res["expected"]
+    assert all("_fsdp_wrapped_module" not in k for k in res["False"])  # names vLLM's LoRA loader maps
 
 
 def test_attention_follows_flash_attn(by_gpus):
     """sdpa without flash-attn (remove-padding off: packed sequences need its varlen kernels), flash_attention_2
-    with it, for the actor and the critic alike; the critic's loader comes from qrewrite.training.verl_critic."""
+    with it, for the actor and the critic alike."""
     for gpus in ("1x1", "8x1"):
         sdpa, flash = by_gpus[f"ppo-{gpus}-sdpa"], by_gpus[f"ppo-{gpus}-flash_attention_2"]
         assert (sdpa["actor_attn"], sdpa["critic_attn"]) == ("sdpa", "sdpa")
         assert sdpa["actor_remove_padding"] is False and sdpa["critic_remove_padding"] is False
         assert (flash["actor_attn"], flash["critic_attn"]) == ("flash_attention_2", "flash_attention_2")
         assert flash["actor_remove_padding"] is True and flash["critic_remove_padding"] is True
-        assert sdpa["critic_enable"] is True and sdpa["critic_lib"] == "qrewrite.training.verl_critic"
+        assert sdpa["critic_enable"] is True
     assert by_gpus["grpo-1x1-sdpa"]["critic_enable"] is False
 
 
@@ -318,48 +374,50 @@ from qrewrite.training.base_model import find_gguf
 
 assert __import__("importlib").util.find_spec("flash_attn") is None, "this check is about a worker without flash-attn"
 model_dir = os.path.join(tmp, "model")
-g = find_gguf()
-tok = AutoTokenizer.from_pretrained(str(g.parent), gguf_file=g.name)
-conf = Qwen2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                   num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
-conf.architectures = ["Qwen2ForCausalLM"]
-torch.manual_seed(0)
-Qwen2ForCausalLM(conf).save_pretrained(model_dir)
-tok.save_pretrained(model_dir)
+if not os.path.isdir(model_dir):
+    g = find_gguf()
+    tok = AutoTokenizer.from_pretrained(str(g.parent), gguf_file=g.name)
+    conf = Qwen2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+    conf.architectures = ["Qwen2ForCausalLM"]
+    torch.manual_seed(0)
+    Qwen2ForCausalLM(conf).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+tok = AutoTokenizer.from_pretrained(model_dir)
 
-def critic_config(external_lib):
-    # as verl's critic worker builds it: HFModelConfig from critic.model, then _build_module's value-model settings
-    from verl.workers.config import HFModelConfig
-    cfg = HFModelConfig(path=model_dir, external_lib=external_lib, override_config={"attn_implementation": "sdpa"})
-    hf = cfg.hf_config
-    hf.num_labels, hf.classifier_dropout, hf.hidden_dropout, hf.summary_dropout_prob = 1, 0.0, "0", 0.0
-    return hf
-
-res = {}
-import verl.utils.model as vm
-try:  # verl's own loader, as the H200 run met it
-    vm.load_valuehead_model(model_dir, torch.float32, critic_config(None), False)
-    res["verl_own"] = "loaded"
+# as verl's critic worker does: HFModelConfig from critic.model (attention from override_config), the value-model
+# settings of FSDPEngine._build_module, then the loader looked up in verl.utils.model at call time
+from verl.workers.config import HFModelConfig
+hf = HFModelConfig(path=model_dir, override_config={"attn_implementation": "sdpa"}).hf_config
+hf.num_labels, hf.classifier_dropout, hf.hidden_dropout, hf.summary_dropout_prob = 1, 0.0, "0", 0.0
+from verl.utils.model import load_valuehead_model
+res = {"loader": load_valuehead_model.__module__}
+try:
+    model = load_valuehead_model(model_dir, torch.float32, hf, False)
+    with torch.no_grad():
+        values = model(input_ids=torch.tensor([tok("孕妇能吃鱼油吗").input_ids])).logits
+    res.update(cls=type(model).__name__, attn=model.config._attn_implementation, shape=list(values.shape))
 except Exception as e:
-    res["verl_own"] = f"{type(e).__name__}: {e}"
-hf = critic_config("qrewrite.training.verl_critic")  # verl imports the external lib here
-from verl.utils.model import load_valuehead_model  # looked up at call time, as transformer_impl does
-model = load_valuehead_model(model_dir, torch.float32, hf, False)
-ids = torch.tensor([tok("孕妇能吃鱼油吗").input_ids])
-with torch.no_grad():
-    values = model(input_ids=ids).logits
-res.update(cls=type(model).__name__, attn=model.config._attn_implementation, shape=list(values.shape),
-           patched=load_valuehead_model.__module__)
+    res["error"] = f"{type(e).__name__}: {e}"
 json.dump(res, open(out_path, "w"))
 """
 
 
 @pytest.mark.slow
 def test_critic_loads_with_sdpa_without_flash_attn(tmp_path):
-    """The PPO critic on a worker without flash-attn: verl 0.9.1's loader fails (hard-coded flash_attention_2);
-    through critic.model.external_lib (verl's own hook) the project's loader builds it with the configured sdpa."""
-    res = run_verl(CRITIC_DRIVER, tmp_path, str(tmp_path))
-    assert "flash" in res["verl_own"].lower() or "trl" in res["verl_own"].lower(), res["verl_own"]
-    assert res["patched"] == "qrewrite.training.verl_critic"
-    assert res["cls"] == "Qwen2ForTokenClassification" and res["attn"] == "sdpa"
-    assert res["shape"][0] == 1 and res["shape"][-1] == 1  # one value per token
+    """The PPO critic in a verl process without flash-attn: verl 0.9.1's own loader fails (hard-coded
+    flash_attention_2, the H200 run); with the environment `qrewrite rl` gives verl (rl_verl.verl_env:
+    VERL_USE_EXTERNAL_MODULES, imported by `import verl` in every Ray worker) the project's loader builds it with
+    the configured sdpa."""
+    from qrewrite.training.rl_verl import verl_env
+
+    own = run_verl(CRITIC_DRIVER, tmp_path, str(tmp_path))
+    assert own["loader"] == "verl.utils.model"
+    assert "flash" in own["error"].lower() or "trl" in own["error"].lower(), own
+    cfg = {"rl": {"verl": {"algorithm": "ppo"}}}
+    env = verl_env(cfg, config_path=str(REPO / "config.yaml"), tb_dir=str(tmp_path / "tb"))
+    ours = run_verl(CRITIC_DRIVER, tmp_path, str(tmp_path),
+                    extra_env={"VERL_USE_EXTERNAL_MODULES": env["VERL_USE_EXTERNAL_MODULES"]})
+    assert ours["loader"] == "qrewrite.training.verl_critic", ours
+    assert ours.get("cls") == "Qwen2ForTokenClassification" and ours["attn"] == "sdpa", ours
+    assert ours["shape"][0] == 1 and ours["shape"][-1] == 1  # one value per token

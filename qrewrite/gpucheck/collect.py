@@ -109,10 +109,10 @@ def collect(work: Path, out: Path) -> dict:
             "resumed_from_step": _stat(work, "ppo", "resumed_from_step"),
             "steps_after_resume": [r["step"] for r in step_metrics(logs / "ppo_b.log")],
         },
-        "critic_loader": grep(logs / "ppo_a.log", r"qrewrite\.training\.verl_critic")[:4],
+        "critic_built": grep(logs / "ppo_a.log", r"critic model engine initialized")[:1],
         "models": {n: model_record(work / "models" / n) for n in ("ppo", "grpo")},
         "stats": {n: _stats(work, n) for n in ("ppo", "grpo")},
-        "gpu_memory": gpu_memory(out / "nvsmi.csv"),
+        "gpu_memory": gpu_memory(work / "nvsmi.csv"),
     }
     summary["failures"] = {n: p["error"] for n, p in phases.items() if p.get("error")}
     write_json(out / "summary.json", summary)
@@ -145,8 +145,8 @@ EARLY = re.compile(r"ModuleNotFoundError|ImportError|ConfigAttributeError|Config
 GPU_BOUNDARY = re.compile(r"NCCL|nccl|CUDA|cuda|GPU|[Nn]o accelerator")
 
 
-def verdict(s: dict, work: Path, *, rehearsal: bool) -> list[tuple[str, bool, str]]:
-    """(check, passed, detail) for what the check must show."""
+def verdict(s: dict, work: Path, *, rehearsal: bool, part: str = "all") -> list[tuple[str, bool, str]]:
+    """(check, passed, detail) for what the check (or one part of it) must show."""
     logs, out = work / "logs", []
     if rehearsal:
         for name in ("ppo_a", "grpo"):
@@ -161,19 +161,25 @@ def verdict(s: dict, work: Path, *, rehearsal: bool) -> list[tuple[str, bool, st
                     (f"{name}: stopped where a GPU is needed", bool(GPU_BOUNDARY.search(err)), err[:200])]
         return out
     ppo_b, grpo = s["phases"].get("ppo_b") or {}, s["phases"].get("grpo") or {}
-    r = s["resume"]
-    out += [("ppo_a stopped after its global_step_2", r["killed_after_step"] == 2, str(r["killed_after_step"])),
-            ("ppo_b finished", ppo_b.get("rc") == 0, str(ppo_b.get("error") or ppo_b.get("rc"))),
-            ("ppo_b resumed from step 2 (trainer.resume_from_path in its command)",
-             r["resumed_from_step"] == 2 and any("resume_from_path=" in ln and "global_step_2" in ln
-                                                  for ln in r["resume_lines"]), str(r["resumed_from_step"])),
-            ("ppo_b trained steps 3 and 4 only", r["steps_after_resume"] == [3, 4], str(r["steps_after_resume"])),
-            ("grpo finished its 4 steps", grpo.get("rc") == 0 and [x["step"] for x in s["steps"].get("grpo", [])] == [1, 2, 3, 4],
-             str(grpo.get("error") or [x["step"] for x in s["steps"].get("grpo", [])]))]
-    for n in ("ppo", "grpo"):
-        m = s["models"][n]
-        out.append((f"models/{n}: merged model with lineage", bool(m.get("exists") and m.get("lineage")
-                                                                  and "model.safetensors" in m.get("files", [])), ""))
+    r, models = s["resume"], s["models"]
+    grpo_steps = [x["step"] for x in s["steps"].get("grpo", [])]
+
+    def merged(n: str) -> bool:
+        m = models[n]
+        return bool(m.get("exists") and m.get("lineage") and "model.safetensors" in m.get("files", []))
+
+    if part in ("1", "all"):
+        out += [("ppo_a stopped after its global_step_2", r["killed_after_step"] == 2, str(r["killed_after_step"])),
+                ("grpo trained its 4 steps", grpo.get("rc") == 0 and grpo_steps == [1, 2, 3, 4],
+                 str(grpo.get("error") or grpo_steps)),
+                ("models/grpo: merged model with lineage", merged("grpo"), "")]
+    if part in ("2", "all"):
+        out += [("ppo_b finished", ppo_b.get("rc") == 0, str(ppo_b.get("error") or ppo_b.get("rc"))),
+                ("ppo_b resumed from step 2 (trainer.resume_from_path in its command)",
+                 r["resumed_from_step"] == 2 and any("resume_from_path=" in ln and "global_step_2" in ln
+                                                      for ln in r["resume_lines"]), str(r["resumed_from_step"])),
+                ("ppo_b trained steps 3 and 4 only", r["steps_after_resume"] == [3, 4], str(r["steps_after_resume"])),
+                ("models/ppo: merged model with lineage", merged("ppo"), "")]
     return out
 
 
@@ -196,9 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("work")
     ap.add_argument("out")
     ap.add_argument("--rehearsal", action="store_true", help="judge a CPU rehearsal (runs end at the GPU boundary)")
+    ap.add_argument("--part", choices=("1", "2", "all"), default="all", help="which part of the check to judge")
     args = ap.parse_args(argv)
     s = collect(Path(args.work), Path(args.out))
-    checks = verdict(s, Path(args.work), rehearsal=args.rehearsal)
+    checks = verdict(s, Path(args.work), rehearsal=args.rehearsal, part=args.part)
     s["verdict"] = [{"check": c, "passed": ok, "detail": d} for c, ok, d in checks]
     write_json(Path(args.out) / "summary.json", s)
     for name, p in s["phases"].items():

@@ -7,8 +7,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata as md
+import os
 import platform
 import shutil
+import subprocess
 import sys
 import time
 
@@ -43,12 +45,18 @@ def check(*, gpu: bool) -> dict:
 
     env["cuda"] = torch.cuda.is_available()
     env["device"] = torch.cuda.get_device_name(0) if env["cuda"] else None
-    from ..training.rl_verl import verl_attention
-    from ..training import verl_critic
-    import verl.utils.model as vm
+    from ..training.rl_verl import verl_attention, verl_env
 
     env["attention"] = verl_attention()
-    env["critic_loader_patched"] = vm.load_valuehead_model is verl_critic.load_valuehead_model
+    # what a Ray worker gets: `import verl` with the environment `qrewrite rl` gives verl
+    hook = {"VERL_USE_EXTERNAL_MODULES": verl_env({"rl": {"verl": {}}}, config_path="config.yaml",
+                                                  tb_dir="/tmp")["VERL_USE_EXTERNAL_MODULES"]}
+    proc = subprocess.run([sys.executable, "-c", "import verl, verl.utils.model as m; "
+                           "print(m.load_valuehead_model.__module__)"], env={**os.environ, **hook},
+                          capture_output=True, text=True)
+    env["critic_loader"] = proc.stdout.strip().splitlines()[-1] if proc.returncode == 0 else proc.stderr[-300:]
+    if env["critic_loader"] != "qrewrite.training.verl_critic":
+        failed.append("critic loader hook")
     env["import_s"] = round(time.monotonic() - t0, 1)
     env["failed"] = failed
     if gpu and not env["cuda"]:
@@ -64,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     env = check(gpu=not args.cpu)
     write_json(args.out, env)
     print("versions:", {k: v for k, v in env["versions"].items() if v})
-    print(f"cuda {env['cuda']} {env['device'] or ''}; attention {env['attention']}; critic loader patched "
-          f"{env['critic_loader_patched']}; imports {env['import_s']} s")
+    print(f"cuda {env['cuda']} {env['device'] or ''}; attention {env['attention']}; the critic's loader in a verl "
+          f"worker: {env['critic_loader']}; imports {env['import_s']} s")
     if env["failed"]:
         for m in env["failed"]:
             print(f"IMPORT FAILED {m}: {env['imports'].get(m)}", file=sys.stderr)

@@ -156,17 +156,16 @@ def build_payload(dest: Path, *, tenant: str, base: Path, model_python: str, wor
 
 
 def calls(chunks: list[str]) -> list[dict]:
-    """The device calls, back to back (the machine goes back after 30 s idle): one per chunk, the last one runs."""
-    out = []
-    for c in chunks[:-1]:
-        out.append({"carry": [f".gpu/chunks/{c}"], "timeout_s": 120,
-                    "command": f"python3 -m qrewrite.training.wheel_stage gather .gpu/chunks/{c} /tmp/qrw-gpu/stage"})
-    last = chunks[-1]
-    out.append({"carry": [f".gpu/chunks/{last}"], "timeout_s": 600,
-                "command": f"python3 -m qrewrite.training.wheel_stage gather .gpu/chunks/{last} /tmp/qrw-gpu/stage "
-                           "&& bash scripts/gpu_verl_check.sh /tmp/qrw-gpu/stage $OUT"})
-    out.append({"carry": [], "timeout_s": 600, "note": "a rerun on the same warm machine: nothing travels again",
-                "command": "bash scripts/gpu_verl_check.sh /tmp/qrw-gpu/stage $OUT"})
+    """The device calls, back to back (the machine goes back after 30 s idle): one per chunk, the last one also runs
+    part 1 of the check (install, imports, PPO to its step-2 checkpoint beside GRPO), then part 2 (the PPO resume)
+    on the same machine, carrying nothing."""
+    out = [{"carry": [f".gpu/chunks/{c}"], "timeout_s": 120,
+            "command": f"python3 -m qrewrite.training.wheel_stage gather .gpu/chunks/{c} /tmp/qrw-gpu/stage"}
+           for c in chunks[:-1]]
+    out.append({"carry": [f".gpu/chunks/{chunks[-1]}"], "timeout_s": 480,
+                "command": f"python3 -m qrewrite.training.wheel_stage gather .gpu/chunks/{chunks[-1]} /tmp/qrw-gpu/stage"
+                           " && PART=1 bash scripts/gpu_verl_check.sh /tmp/qrw-gpu/stage $OUT"})
+    out.append({"carry": [], "timeout_s": 390, "command": "PART=2 bash scripts/gpu_verl_check.sh /tmp/qrw-gpu/stage $OUT"})
     return out
 
 
@@ -212,8 +211,10 @@ def build(out: Path, *, tenant: str, base: Path, pip_python: str, model_python: 
     # the CPU rehearsal's stand-in for the GPU image: what the kit leaves home because the image has it
     standin = sorted(f"{s['name']}=={s['version']}" for s in kit["left_home"]
                      if s["why"].startswith("image") or s["why"] == "the image's torch stack")
-    (out / "image-standin.txt").write_text("# what the GPU image holds (qrewrite.gpucheck.kit): the rehearsal's venv\n"
-                                           + "\n".join(standin) + "\n", encoding="utf-8")
+    text = "# what the GPU image holds (qrewrite.gpucheck.kit): the rehearsal's venv\n" + "\n".join(standin) + "\n"
+    path = out / "image-standin.txt"
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:  # unchanged: the venv is not rebuilt
+        path.write_text(text, encoding="utf-8")
     return kit
 
 
