@@ -97,3 +97,11 @@ def test_the_link_check_finds_broken_links(tmp_path):
         "README.md: docs/nope.svg (no such file)",
         "README.md: ../x.md (outside the repository)",
     ]
+
+
+def test_the_readme_is_short_and_links_every_docs_page():
+    """README.md is the ten-minute read (issue 32: at most 250 lines); every page under docs/ is reachable from it."""
+    readme = REPO / "README.md"
+    assert len(readme.read_text(encoding="utf-8").splitlines()) <= 250
+    linked = {(readme.parent / t.partition("#")[0]).resolve() for t in links(readme) if not SCHEME.match(t)}
+    assert sorted(p.name for p in (REPO / "docs").glob("*.md") if p.resolve() not in linked) == []
