@@ -47,7 +47,7 @@ test-env: $(VENV)/.test-env $(TRAIN_ENVS)
 run: $(VENV)/.data-env .venvs/swift/.installed
 	$(BIN)/snakemake --cores $(CORES) --printshellcmds
 
-# One demo tenant (fivedoctors) end to end: half of `make run` (README "The student").
+# One demo tenant (fivedoctors) end to end: half of `make run` (docs/benchmarks.md).
 run-quick: $(VENV)/.data-env .venvs/swift/.installed
 	$(BIN)/snakemake --cores $(CORES) --printshellcmds --config only=fivedoctors
 
@@ -55,8 +55,8 @@ run-quick: $(VENV)/.data-env .venvs/swift/.installed
 test: $(VENV)/.test-env $(TRAIN_ENVS)
 	PATH="$(CURDIR)/$(BIN):$$PATH" QREWRITE_REQUIRE_TRAIN_ENVS=1 $(BIN)/python -m pytest -ra $(PYTEST_ARGS)
 
-# Images, one recipe each (containers/*.Containerfile, built by scripts/containers.py with podman; README
-# "Containers"): `make containers` builds cpu and swift here, the swift image with the CPU torch wheel that
+# Images, one recipe each (containers/*.Containerfile, built by scripts/containers.py with podman;
+# docs/cluster.md): `make containers` builds cpu and swift here, the swift image with the CPU torch wheel that
 # pip finds here (its find-links) or in TORCH_WHEELS=DIR. verl (CUDA, vLLM) is built for the cluster:
 # scripts/containers.py build --torch cuda swift verl (docs/cluster.md).
 # Chromium (and CJK fonts) for the report screenshot tests: envs/apt-test.txt. .ci/run installs them.
@@ -101,8 +101,8 @@ cqr-data: $(VENV)/.data-env
 cqr: cqr-data .venvs/swift/.installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --cores $(CORES) --printshellcmds --configfile data/cqr/config.yaml
 
-# The documented RL check (bench/rl_check.py, README "RL that learns"): GRPO with the faithful reward on one tenant,
-# RL vs its SFT parent on the test split and the gold set. Tens of minutes on 2 cores; not part of `make run`.
+# The documented RL check (bench/rl_check.py, docs/training.md "The RL check"): GRPO with the faithful reward on
+# one tenant, RL vs its SFT parent on the test split and the gold set. Tens of minutes on 2 cores; not part of `make run`.
 RL_CHECK_TENANT ?= fivedoctors
 RL_CHECK_ARGS ?= --sft-epochs 0.5
 rl-check: $(VENV)/.data-env .venvs/swift/.installed

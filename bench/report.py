@@ -1,6 +1,7 @@
-"""Render bench/results/*.json as the Markdown tables in bench/README.md and README.md (between the markers).
+"""Render bench/results/*.json as the Markdown tables in bench/README.md and docs/benchmarks.md (between the
+markers).
 
-    .venv/bin/python bench/report.py          # rewrite the tables in both READMEs
+    .venv/bin/python bench/report.py          # rewrite the tables in both pages
     .venv/bin/python bench/report.py --print  # print them instead
 """
 
@@ -13,7 +14,7 @@ from collections import defaultdict
 
 from common import REPO, RESULTS
 
-READMES = (REPO / "bench" / "README.md", REPO / "README.md")
+PAGES = (REPO / "bench" / "README.md", REPO / "docs" / "benchmarks.md")
 BEGIN, END = "<!-- bench-table:begin -->", "<!-- bench-table:end -->"
 
 
@@ -128,14 +129,14 @@ def main() -> None:
         return
     from qrewrite.io_utils import write_text_atomic
 
-    for readme in READMES:
-        text = readme.read_text(encoding="utf-8")
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
         if BEGIN not in text or END not in text:
-            sys.exit(f"{readme} lacks the {BEGIN} / {END} markers")
+            sys.exit(f"{page} lacks the {BEGIN} / {END} markers")
         head, rest = text.split(BEGIN, 1)
         _, tail = rest.split(END, 1)
-        write_text_atomic(readme, f"{head}{BEGIN}\n{table}\n{END}{tail}")
-        print(f"updated {readme}")
+        write_text_atomic(page, f"{head}{BEGIN}\n{table}\n{END}{tail}")
+        print(f"updated {page}")
 
 if __name__ == "__main__":
     main()

@@ -1,8 +1,9 @@
-"""Run every benchmark (each writes bench/results/<name>.json), then refresh the tables in bench/README.md.
+"""Run every benchmark (each writes bench/results/<name>.json), then refresh the tables in bench/README.md and
+docs/benchmarks.md.
 
     .venv/bin/python bench/run_all.py [--quick] [--only teacher_throughput rag_throughput ...]
 
---quick shrinks N and the repeats (a smoke run: numbers not for the README).
+--quick shrinks N and the repeats (a smoke run: numbers not for the tables).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the demo's teacher stage costs at list prices, synchronous vs `teacher.mode: batch` (README "Batch mode").
+"""What the demo's teacher stage costs at list prices, synchronous vs `teacher.mode: batch` (docs/services.md).
 
 Runs the real teacher stage (build-excel, ingest, teacher) of every demo tenant with the shipped teacher settings
 (gpt-5, reasoning_effort minimal) against tests/fake_openai_server.py (a TEST FAKE that enforces the API's rules),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from conftest import REPO
+from conftest import REPO, doc_section
 from qrewrite.cli import build_parser
 from qrewrite.config import load_config
 from qrewrite.workflow.code_deps import registration_importers
@@ -115,10 +115,10 @@ def test_only_the_top_level_cli_imports_a_stage_cli_module():
     assert registration_importers() == {}
 
 
-def test_readme_maps_every_rule_to_its_handler():
-    """README "Where the code is": one row per rule, naming the file that holds its handler."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Where the code is", 1)[1].split("\n## ", 1)[0]
+def test_docs_map_every_rule_to_its_handler():
+    """docs/code.md "One name per stage, one hop to its code": one row per rule, naming the file that holds its
+    handler."""
+    section = doc_section(REPO / "docs" / "code.md", "One name per stage, one hop to its code")
     rows = re.findall(r"^\| `(\w+)` \| `qrewrite ([\w-]+)` \| `([\w/]+\.py)` `(\w+)` \|", section, flags=re.M)
     assert {r[0] for r in rows} == set(STAGES), sorted(set(STAGES) ^ {r[0] for r in rows})
     for rule, cmd, path, handler in rows:
