@@ -44,7 +44,7 @@ def production_commands(cfg: dict, model: str, name: str, max_batch_size: int, d
         "swift": shlex.join(sw) + f' --api_key "${key}"',
         "api_key_env": key,
         "note": f"export {key} first; clients send it as `Authorization: Bearer ...`. Greedy decoding and "
-                "max_tokens are per request (README, Deploying the rewriter).",
+                "max_tokens are per request (docs/deploy.md).",
     }
 
 

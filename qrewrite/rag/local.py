@@ -13,7 +13,7 @@ for, as two factors:
   raw query, which the RAG service receives beside the rewrite): a document that matches only words
   the rewrite added (a pasted history's "物流发货时间") does not answer what was asked.
 
-Measured against gold on the demo tenants (README, "Signals"): among pairs of texts of which exactly
+Measured against gold on the demo tenants (docs/signals.md): among pairs of texts of which exactly
 one puts the gold document alone first, this score prefers that one in 94 % / 97 % of pairs; the seed's
 coverage score did so in 31 % / 21 % (59-61 % / 42-43 % under the old file-order ranking).
 

@@ -285,7 +285,7 @@ def lineage_block(tenant: str) -> str:
 
 
 def signals_block(doc: dict, summary: dict) -> str:
-    """Whether the signals measure what their names say (README, "Signals"): the checks against gold."""
+    """Whether the signals measure what their names say (docs/signals.md): the checks against gold."""
     rows = []
     sa = ((summary.get("signals") or {}).get("score_agreement")) or {}
     if sa:

@@ -1,6 +1,6 @@
 """``teacher.provider: column``: the tenant's own reference rewrites (the Excel column ``tenants[].columns.rewrite``,
 carried by ingest as ``reference``) as the teacher. For a tenant that already has rewrites written by people or an
-earlier model (the CQR tenant's gold rewrites, README "An external tenant"); no calls, no cost. An empty cell is a
+earlier model (the CQR tenant's gold rewrites, docs/data.md); no calls, no cost. An empty cell is a
 failed row (``status: error``), never the question passed off as its rewrite."""
 
 from __future__ import annotations

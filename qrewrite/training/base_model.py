@@ -32,7 +32,7 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer_config.json")
 TIE_CHECK_FILE = ".tie-check.json"
 # Tying check: greedy next-token of the tied model must equal the untied one's on this sample, and the
-# logits may differ by at most TIE_MAX_LOGIT_DIFF (measured on the Qwen GGUF: see the README).
+# logits may differ by at most TIE_MAX_LOGIT_DIFF (measured on the Qwen GGUF: docs/training.md).
 TIE_SAMPLE = [{"role": "user", "content": "把这个问题改写成完整的检索问题：它一天吃几片？"}]
 TIE_MAX_LOGIT_DIFF = 1.0
 
