@@ -34,7 +34,7 @@ from qrewrite.reward.verdict import judge_sampled
 from conftest import REPO
 
 KB = REPO / "data" / "kb" / "fivedoctors.jsonl"
-W = reward_defaults()["weights"]
+W = reward_settings({"reward": {"formula": "seed"}})["weights"]  # the tests below were written for the seed formula
 
 QUERY = "奶蓟草护肝片啥时候吃效果好"
 TEACHER = "奶蓟草护肝片饭后吃还是饭前吃效果好"  # a question, as the embedded teacher writes
@@ -112,17 +112,24 @@ def test_unsampled_judge_is_neutral_not_renormalised(missing):
 
 def test_settings_merge_defaults():
     s = reward_settings({"reward": {"weights": {"judge": 0.5}, "judge": {"openai": {"model": "m"}}}})
-    assert s["weights"] == {"judge": 0.5, "retrieval": 0.40, "win": 0.25, "rank": 0.0}
+    # the default formula (faithful), one weight overridden
+    assert s["weights"] == {"judge": 0.5, "retrieval": 0.2, "win": 0.0, "rank": 0.6}
     assert s["judge"]["openai"]["model"] == "m" and s["judge"]["openai"]["api_key_env"] == "OPENAI_API_KEY"
     assert s["judge"]["provider"] == "rule" and s["judge"]["sample_share"] == 0.3
+    seed = reward_settings({"reward": {"formula": "seed", "weights": {"rank": 0.1}}})["weights"]
+    assert seed == {"judge": 0.35, "retrieval": 0.40, "win": 0.25, "rank": 0.1}
     defaults = reward_defaults()
-    assert reward_settings({}) == defaults and reward_settings({}) is not defaults
+    assert defaults["formula"] == "faithful" and all(v is None for v in defaults["weights"].values())
+    assert reward_settings({}) == {**defaults, "weights": formula.FORMULAS["faithful"]}
+    with pytest.raises(ValueError, match="formula"):
+        reward_settings({"reward": {"formula": "best"}})
 
 
 def test_schema_reward_section_matches_defaults():
     assert "reward" in load_schema()["properties"]
     cfg = validate_config({"tenants": [_tenant_dict()]})
-    assert reward_settings(cfg) == reward_defaults()
+    assert cfg["reward"] == reward_defaults()  # what validation fills in is what the reward code assumes
+    assert reward_settings(cfg) == reward_settings({})
 
 
 # -------------------------------------------------------------------------------------- sampling
@@ -435,7 +442,8 @@ def _tenant() -> dict:
 
 def _cfg(tmp_path, **reward) -> dict:
     cfg = validate_config({"tenants": [_tenant_dict()]})
-    cfg["reward"] = {"cache_dir": str(tmp_path / "reward"), **reward}
+    # the scorer tests below were written for the seed formula (no rank term); the rank term has its own tests
+    cfg["reward"] = {"cache_dir": str(tmp_path / "reward"), "formula": "seed", **reward}
     return cfg
 
 
@@ -552,7 +560,9 @@ def test_verl_compute_score_entry(tmp_path, monkeypatch, retriever):
     from qrewrite.reward import verl_reward
 
     cfg_path = tmp_path / "config.yaml"
-    cfg_path.write_text(yaml.safe_dump({"tenants": [_tenant_dict()]}, allow_unicode=True), encoding="utf-8")
+    # seed formula: the teacher's own rewrite ties with itself (score 0); the rank term has its own tests
+    cfg_path.write_text(yaml.safe_dump({"tenants": [_tenant_dict()], "reward": {"formula": "seed"}}, allow_unicode=True),
+                        encoding="utf-8")
     monkeypatch.setenv("QREWRITE_CONFIG", str(cfg_path))
     hits = retriever.search(TEACHER, 5, question=QUERY)
     record = {"query_id": "q1", "tenant": "fivedoctors", "query": QUERY, "profile": "", "history": "",

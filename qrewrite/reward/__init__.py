@@ -14,7 +14,10 @@ Reward for a student rewrite of query x, against the precomputed teacher rewrite
     win_term       = +0.5 if q_student > q_teacher, -0.3 if lower, 0 on a tie (|diff| <= epsilon)
     rank_term      = 2 * RR - 1, RR the reciprocal rank of the label (gold, else the teacher's top document)
     score          = clip(w_judge*judge_term + w_retrieval*retrieval_term + w_win*win_term
-                          + w_rank*rank_term, -1, 1)          w_rank = 0 by default: the seed formula
+                          + w_rank*rank_term, -1, 1)
+
+    weights: reward.formula's preset (faithful by default; seed: the design's first formula), each one set under
+    reward.weights instead
 
 Settings live under ``reward:`` in config.yaml; their defaults live in the config schema only.
 ``reward_defaults()`` (read from it) is merged under ``cfg.get("reward", {})`` by ``reward_settings``, for
@@ -65,5 +68,10 @@ def _deep_merge(base: dict, over: dict) -> dict:
 
 
 def reward_settings(cfg: dict) -> dict:
-    """``reward_defaults()`` deep-merged with ``cfg["reward"]`` (absent or partial sections are fine)."""
-    return _deep_merge(_defaults(), (cfg or {}).get("reward") or {})
+    """``reward_defaults()`` deep-merged with ``cfg["reward"]`` (absent or partial sections are fine), the
+    weights resolved from ``reward.formula``."""
+    from .formula import resolve_weights
+
+    s = _deep_merge(_defaults(), (cfg or {}).get("reward") or {})
+    s["weights"] = resolve_weights(s.get("formula", "faithful"), s.get("weights"))
+    return s

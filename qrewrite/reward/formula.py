@@ -62,6 +62,19 @@ def clip(x: float, lo: float = -1.0, hi: float = 1.0) -> float:
     return lo if x < lo else hi if x > hi else float(x)
 
 
+# reward.formula presets (config schema: reward.formula). faithful: the rank term on the labelled document carries
+# most weight (the RL check moved Hit@1 with it); seed: the design's first formula (beat the teacher's score).
+FORMULAS = {"faithful": {"judge": 0.2, "retrieval": 0.2, "win": 0.0, "rank": 0.6},
+            "seed": {"judge": 0.35, "retrieval": 0.40, "win": 0.25, "rank": 0.0}}
+
+
+def resolve_weights(formula: str, weights: dict | None) -> dict:
+    """The preset's weights, each one given (not null) in `weights` instead."""
+    if formula not in FORMULAS:
+        raise ValueError(f"reward.formula must be one of {sorted(FORMULAS)}, got {formula!r}")
+    return {k: (v if (v := (weights or {}).get(k)) is not None else d) for k, d in FORMULAS[formula].items()}
+
+
 def total(judge_t: float, retrieval_t: float, win_t: float, weights: dict, rank_t: float = 0.0) -> float:
     """w_judge*judge + w_retrieval*retrieval + w_win*win (+ w_rank*rank), clipped to [-1, 1]."""
     return clip(weights["judge"] * judge_t + weights["retrieval"] * retrieval_t + weights["win"] * win_t
