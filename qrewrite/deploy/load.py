@@ -15,6 +15,7 @@ from collections import Counter
 from openai import APIError, AsyncOpenAI
 
 from ..eval import stats
+from ..eval.degenerate import degeneracy, source_text, summarize
 from ..eval.generate import clean_completion
 from ..prompts import rewrite_messages
 
@@ -37,9 +38,14 @@ async def _one(api: AsyncOpenAI, sem: asyncio.Semaphore, model: str, tenant: dic
         latency = time.perf_counter() - start
     raw = resp.choices[0].message.content if resp.choices else None
     tokens = resp.usage.completion_tokens if resp.usage is not None else None
+    finish = resp.choices[0].finish_reason if resp.choices else None
+    rewrite = clean_completion(raw)
     return {"query_id": row["query_id"], "status": "ok", "reason": None, "raw_completion": raw,
-            "rewrite": clean_completion(raw), "latency_s": round(latency, 6), "completion_tokens": tokens,
-            "finish_reason": resp.choices[0].finish_reason if resp.choices else None}
+            "rewrite": rewrite, "latency_s": round(latency, 6), "completion_tokens": tokens,
+            "finish_reason": finish,
+            # the same question eval asks of a rewrite; "length" = cut by max_tokens
+            "degenerate": degeneracy(rewrite, source=source_text(row),
+                                     finished=None if finish is None else finish != "length")}
 
 
 async def run_level(base_url: str, model: str, tenant: dict, rows: list[dict], *, concurrency: int,
@@ -67,6 +73,8 @@ async def run_level(base_url: str, model: str, tenant: dict, rows: list[dict], *
         "completion_tokens": sum(tokens) if ok and None not in tokens else None,
         "completion_tokens_per_s": round(sum(tokens) / wall, 6) if ok and None not in tokens and wall > 0 else None,
         "finish_reasons": dict(sorted(Counter(str(r.get("finish_reason")) for r in ok).items())),
+        "degenerate": summarize([r["degenerate"] for r in ok], [r["query_id"] for r in ok],
+                                [r["rewrite"] for r in ok]),
     }
     return results, summary
 

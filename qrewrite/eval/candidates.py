@@ -171,12 +171,15 @@ def model_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], model_
     device = gen["device"] or cfg["train"]["device"]
     results, info = generate_rewrites(model_dir, tenant, rows, batch_size=gen["batch_size"],
                                       max_new_tokens=gen["max_new_tokens"], threads=threads or gen["threads"],
-                                      device=device, latency_sample=gen["latency_sample"])
+                                      device=device, latency_sample=gen["latency_sample"],
+                                      repetition_penalty=gen["repetition_penalty"],
+                                      no_repeat_ngram_size=gen["no_repeat_ngram_size"])
     price = spec.get("gpu_hour_usd", cfg["eval"]["gpu_hour_usd"])
     out = []
     for r, g in zip(rows, results):
         out.append({**_base(spec, r), "status": "ok", "reason": None, "rewrite": g["rewrite"],
-                    "raw_completion": g["raw_completion"], "model": model_dir, "latency_s": g["latency_s"],
+                    "raw_completion": g["raw_completion"], "degenerate": g["degenerate"], "model": model_dir,
+                    "latency_s": g["latency_s"],
                     "compute_s": g["compute_s"], "cost_usd": round(price * g["compute_s"] / 3600.0, 10),
                     "usage": {"completion_tokens": g["new_tokens"]}})
     return out, {**info, "gpu_hour_usd": price}

@@ -31,8 +31,14 @@ def clean_completion(raw: str | None) -> str:
 
 
 def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_size: int, max_new_tokens: int,
-                      threads: int | None, device: str, latency_sample: int = 0) -> tuple[list[dict], dict]:
-    """([{query_id, rewrite, raw_completion, latency_s, compute_s, new_tokens}], info) for `rows`."""
+                      threads: int | None, device: str, latency_sample: int = 0,
+                      repetition_penalty: float | None = None,
+                      no_repeat_ngram_size: int | None = None) -> tuple[list[dict], dict]:
+    """([{query_id, rewrite, raw_completion, latency_s, compute_s, new_tokens, finished, degenerate}], info) for
+    `rows`. `degenerate`: why the rewrite is not one (qrewrite.eval.degenerate), else None; the rewrite is kept as
+    generated. repetition_penalty / no_repeat_ngram_size: transformers' decoding guards against loops (None: off)."""
+    from .degenerate import degeneracy, source_text
+
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -56,6 +62,10 @@ def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_s
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     model.eval()
+    eos = model.generation_config.eos_token_id
+    eos_ids = {int(e) for e in ([eos] if isinstance(eos, int) else (eos or []))} | {int(tok.eos_token_id)}
+    guards = {k: v for k, v in (("repetition_penalty", repetition_penalty),
+                                ("no_repeat_ngram_size", no_repeat_ngram_size)) if v}
 
     def prompt(row: dict) -> str:
         return tok.apply_chat_template(rewrite_messages(tenant, row), add_generation_prompt=True, tokenize=False)
@@ -64,7 +74,7 @@ def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_s
         enc = tok([prompt(r) for r in batch], return_tensors="pt", padding=True, add_special_tokens=False).to(device)
         with torch.inference_mode():
             out = model.generate(**enc, do_sample=False, max_new_tokens=new_tokens, pad_token_id=tok.pad_token_id,
-                                 temperature=None, top_p=None, top_k=None)
+                                 temperature=None, top_p=None, top_k=None, **guards)
         return out[:, enc["input_ids"].shape[1]:]
 
     def timed(batch: list[dict]):
@@ -87,10 +97,13 @@ def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_s
         for j, ids in zip(idx, new):
             raw = tok.decode(ids, skip_special_tokens=False)
             n_new = int((ids != tok.pad_token_id).sum())
-            results[j] = {"query_id": rows[j]["query_id"], "rewrite": clean_completion(raw),
+            finished = any(int(x) in eos_ids for x in ids)  # ended its turn before max_new_tokens
+            rewrite = clean_completion(raw)
+            results[j] = {"query_id": rows[j]["query_id"], "rewrite": rewrite,
                           "raw_completion": raw,
                           "latency_s": round(wall, 6) if batch_size == 1 else None,
-                          "compute_s": round(wall / len(idx), 6), "new_tokens": n_new}
+                          "compute_s": round(wall / len(idx), 6), "new_tokens": n_new, "finished": finished,
+                          "degenerate": degeneracy(rewrite, source=source_text(rows[j]), finished=finished)}
         log.info("generated %d/%d", min(i + batch_size, len(rows)), len(rows))
     if batch_size > 1:
         for res, row in zip(results, rows[:latency_sample]):
@@ -98,5 +111,6 @@ def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_s
         log.info("single-request latency timed on %d queries", min(latency_sample, len(rows)))
     info = {"device": device, "threads": torch.get_num_threads(), "batch_size": batch_size,
             "latency_sample": len(rows) if batch_size == 1 else min(latency_sample, len(rows)),
-            "max_new_tokens": max_new_tokens, "dtype": str(model.dtype), "torch": torch.__version__}
+            "max_new_tokens": max_new_tokens, "decoding_guards": guards, "dtype": str(model.dtype),
+            "torch": torch.__version__}
     return results, info

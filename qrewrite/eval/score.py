@@ -165,6 +165,8 @@ def evaluate(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[str, list
             "cost_per_1k_usd": cost, "cost_basis": basis,
             **({"generation": info[name]} if info and name in info else {}),
         }
+        if any("degenerate" in r for r in rws):  # a local model: loops, cut-off and empty rewrites, counted
+            candidates[name].update(_degenerate(name, rws, per, scored.get("query_history"), bkw))
 
     comparisons = {}
     for a, b in ecfg["compare"]:
@@ -205,6 +207,25 @@ def evaluate(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[str, list
         "red_team": red_team_section(red_rows, _by_id(rewrites, red_rows, "red-team rows")) if red_rows else None,
     }
     return doc, _examples(cfg, rows, scored, rewrites), _plot_rows(candidates, baseline)
+
+
+def _degenerate(name: str, rws: list[dict], per: list[dict], fallback: list[dict] | None, bkw: dict) -> dict:
+    """A model's degenerate rewrites (qrewrite.eval.degenerate), scored as generated in its own figures; beside
+    them `with_fallback`: its Hit@1 / top1 had each degenerate rewrite been replaced by the stated fallback, the
+    query with its history pasted after it (the query_history candidate's row)."""
+    from .degenerate import summarize
+
+    by_id = {r["query_id"]: r for r in rws}
+    reasons = [by_id.get(s["query_id"], {}).get("degenerate") for s in per]
+    out = {"degenerate": summarize(reasons, [s["query_id"] for s in per], [s["rewrite"] for s in per])}
+    if out["degenerate"]["n"] and fallback is not None:
+        mixed = [fb if why else s for s, fb, why in zip(per, fallback, reasons)]
+        out["with_fallback"] = {"fallback": "query_history", "replaced": out["degenerate"]["n"],
+                                **{m: stats.mean_ci([s[m] for s in mixed], **bkw) for m in ("hit_at_1", "top1")}}
+        log.info("%s: %d degenerate rewrite(s) %s; with the query+history fallback Hit@1 would be %s (own: %s)",
+                 name, out["degenerate"]["n"], out["degenerate"]["by_reason"],
+                 out["with_fallback"]["hit_at_1"]["mean"], stats.mean_ci([s["hit_at_1"] for s in per], **bkw)["mean"])
+    return out
 
 
 def _by_id(rewrites: dict[str, list[dict]], rows: list[dict], what: str) -> dict[str, dict[str, dict]]:

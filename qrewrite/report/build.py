@@ -216,9 +216,13 @@ def vs_parent_note(v: dict | None) -> str:
     d = v[v["basis"]]
     verdict = ("<b class=bad>RL is worse than its SFT parent beyond noise</b>: the model was kept; prefer SFT"
                if v["worse_beyond_noise"] else "not worse than its SFT parent beyond noise")
+    ship = (f" Model to ship: <b>{escape(v['ship'].upper())}</b> (the better on validation; a tie keeps SFT)."
+            if v.get("ship") else "")
+    deg = v.get("degenerate") or {}
+    loops = (f" Degenerate rewrites on validation: SFT {deg['sft']['n']}, RL {deg['rl']['n']}." if deg else "")
     return (f"<p class=note>RL vs SFT on {v['n']} validation prompts: {escape(v['basis'])} RL − SFT "
             f"{_fmt(d['diff'])} [{_fmt(d['ci_low'])}, {_fmt(d['ci_high'])}], {v['changed_rewrites']} rewrites "
-            f"changed; {verdict}.</p>")
+            f"changed; {verdict}.{ship}{loops}</p>")
 
 
 def funnel_block(summary: dict) -> str:

@@ -4,8 +4,9 @@ Both models rewrite the RL validation prompts (greedy decoding, the eval's gener
 goes through the reward RL optimised (``reward.scorer``, every rollout judged) and, for a prompt with gold
 documents, tie-aware Hit@1 through the tenant's RAG. The paired difference RL − SFT with its bootstrap interval
 (``eval.stats.paired``) says whether RL is worse beyond noise: the interval's upper end below 0 on Hit@1 (on the
-reward where no prompt has gold). The model is kept either way (the user decides); the verdict goes to the console,
-stats_rl and the report.
+reward where no prompt has gold). The model is kept either way; the verdict goes to the console, stats_rl and the
+report, with the model to ship (``ship``): RL only when its validation mean beats its parent's, else the SFT model
+(eval.json and the report repeat it). Both models' degenerate rewrites (qrewrite.eval.degenerate) are counted.
 """
 
 from __future__ import annotations
@@ -45,10 +46,13 @@ def compare_with_parent(cfg: dict, tenant: dict, *, parent: str, child: str, val
         return {"n": 0, "worse_beyond_noise": None, "basis": None, "note": "no validation prompts"}
     gen = cfg["eval"]["generation"]
     device = "cuda" if cfg["train"]["device"] == "cuda" else "cpu"
-    rewrites = {}
+    rewrites, degenerate = {}, {}
     for name, model in (("sft", parent), ("rl", child)):
         out, _ = generate_rewrites(model, tenant, rows, batch_size=gen["batch_size"],
-                                   max_new_tokens=gen["max_new_tokens"], threads=threads, device=device)
+                                   max_new_tokens=gen["max_new_tokens"], threads=threads, device=device,
+                                   repetition_penalty=gen["repetition_penalty"],
+                                   no_repeat_ngram_size=gen["no_repeat_ngram_size"])
+        degenerate[name] = [r["degenerate"] for r in out]
         rewrites[name] = [r["rewrite"] for r in out]
     scorer = RewardScorer(cfg, tenant)
     scorer.sample_share = 1.0  # judge every rewrite: the two models compared on the same terms
@@ -70,7 +74,15 @@ def compare_with_parent(cfg: dict, tenant: dict, *, parent: str, child: str, val
     worse = diff["ci_high"] is not None and diff["ci_high"] < 0
     changed = [{"query": r["query"], "sft": a, "rl": b} for r, a, b in zip(rows, rewrites["sft"], rewrites["rl"])
                if a != b]
+    # the model to ship: RL only when it beats its parent on validation (a tie keeps the parent)
+    ship = "rl" if (diff["diff"] or 0) > 0 else "sft"
+    from ..eval.degenerate import summarize
+
     out = {"n": len(rows), "basis": basis, "worse_beyond_noise": worse, "reward": reward, "hit_at_1": hit,
+           "ship": ship, "ship_why": f"validation {basis}: RL − SFT {diff['diff']} [{diff['ci_low']}, {diff['ci_high']}]"
+                                     f" over {diff['n']} prompts",
+           "degenerate": {name: summarize(degenerate[name], [r["query_id"] for r in rows], rewrites[name])
+                          for name in ("sft", "rl")},
            "means": {name: {"reward": round(sum(s["score"] for s in scored[name]) / len(rows), 4),
                             "hit_at_1": (round(sum(x for x in hit1[name] if x is not None) / hit["n"], 4)
                                          if hit["n"] else None)} for name in ("sft", "rl")},
@@ -83,4 +95,6 @@ def compare_with_parent(cfg: dict, tenant: dict, *, parent: str, child: str, val
     else:
         log.info("RL vs its SFT parent on %d validation prompts: %s RL − SFT %s [%s, %s], %d rewrites changed",
                  len(rows), basis, diff["diff"], diff["ci_low"], diff["ci_high"], len(changed))
+    log.info("ship: %s (%s); degenerate rewrites on validation: SFT %d, RL %d", ship, out["ship_why"],
+             out["degenerate"]["sft"]["n"], out["degenerate"]["rl"]["n"])
     return out

@@ -1,0 +1,71 @@
+"""Is a generated rewrite one, or output a small model degenerated into? Pure functions; every place that
+generates rewrites (eval, the rl stage's parent check, the deploy check) asks the same question.
+
+Reasons, checked in this order:
+
+* ``empty``: nothing but whitespace and punctuation;
+* ``unfinished``: generation hit ``max_new_tokens`` without ending its turn (a rewrite is 10-30 tokens: the cap is
+  there to stop a loop, so a rewrite cut by it is one);
+* ``loop``: a run of 4 units repeated 3 times ("复合维生素B片复合维生素C片复合维生素D片…", "乳清蛋白粉粉粉粉…");
+  a unit is a CJK character or a Latin word, so "the … the … the" in a long English sentence is not one;
+* ``overlong``: more units than the question, profile and history it was made from together, plus 12.
+
+The fallback for a degenerate rewrite is the query with its history pasted after it (the `query_history`
+baseline, free and never worse than the raw query on any tenant measured): eval reports it beside the model's own
+figures (``with_fallback``), never inside them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+REASONS = ("empty", "unfinished", "loop", "overlong")
+_UNIT = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]|[A-Za-z0-9]+(?:['’-][A-Za-z0-9]+)*")
+LOOP_N, LOOP_TIMES, OVERLONG_MARGIN = 4, 3, 12
+
+
+def units(text: str) -> list[str]:
+    """CJK characters and Latin words/numbers, lower-cased; punctuation and spaces dropped."""
+    return [u.lower() for u in _UNIT.findall(text or "")]
+
+
+def has_loop(text: str, n: int = LOOP_N, times: int = LOOP_TIMES) -> bool:
+    u = units(text)
+    grams = Counter(tuple(u[i:i + n]) for i in range(len(u) - n + 1))
+    return any(c >= times for c in grams.values())
+
+
+def degeneracy(rewrite: str, *, source: str, finished: bool | None = None) -> str | None:
+    """Why `rewrite` is not a rewrite (one of REASONS), or None. `source`: the question, profile and history it was
+    made from; `finished`: whether generation ended its turn before max_new_tokens (None: unknown, not checked)."""
+    u = units(rewrite)
+    if not u:
+        return "empty"
+    if finished is False:
+        return "unfinished"
+    if has_loop(rewrite):
+        return "loop"
+    if len(u) > len(units(source)) + OVERLONG_MARGIN:
+        return "overlong"
+    return None
+
+
+def source_text(row: dict) -> str:
+    return " ".join(str(row.get(k) or "") for k in ("query", "profile", "history"))
+
+
+def fallback(row: dict) -> str:
+    """What is served instead of a degenerate rewrite: the query with the history pasted after it."""
+    return f"{row['query']} {row.get('history') or ''}".strip()
+
+
+def summarize(reasons: list[str | None], ids: list[str] | None = None, examples: list[str] | None = None) -> dict:
+    """{n, share, by_reason, examples}: a model's degenerate rewrites, for eval.json / stats."""
+    bad = [i for i, r in enumerate(reasons) if r]
+    out = {"n": len(bad), "share": round(len(bad) / len(reasons), 4) if reasons else 0.0,
+           "by_reason": {r: reasons.count(r) for r in REASONS if reasons.count(r)}}
+    if ids is not None:
+        out["examples"] = [{"query_id": ids[i], "reason": reasons[i],
+                            **({"rewrite": examples[i][:120]} if examples else {})} for i in bad[:5]]
+    return out
