@@ -163,6 +163,10 @@ def test_models_are_made_for_both_tenants(run):
         vs = rl["vs_sft"]
         assert vs["n"] > 0 and vs["basis"] in ("hit_at_1", "reward") and isinstance(vs["worse_beyond_noise"], bool)
         assert vs["means"]["sft"]["reward"] is not None and 0 < vs[vs["basis"]]["n"] <= vs["n"]
+        # the model to ship is the better on validation (a tie keeps SFT); both models' degenerate rewrites counted
+        diff = vs[vs["basis"]]["diff"]
+        assert vs["ship"] == ("rl" if diff is not None and diff > 0 else "sft") and vs["basis"] in vs["ship_why"]
+        assert set(vs["degenerate"]) == {"sft", "rl"} and all(d["n"] >= 0 for d in vs["degenerate"].values())
         assert sft["schedule"]["planned_steps"] == 2 and sft["stopped"] in ("epochs done", "early stop")
     assert not [x for x in (root / "models").rglob(".*") if x.name.endswith(".tmp")]  # no temp folders left
 
@@ -207,6 +211,9 @@ def test_pipeline_evaluates_every_candidate_for_both_tenants(run):
             assert c["kind"] == "model" and c["latency_s"]["p50"] > 0 and c["cost_per_1k_usd"] > 0
             assert c["generation"]["max_new_tokens"] == 16
             assert c["judge"]["mean"] == 4  # every query judged by the API judge (JUDGE_REPLY)
+            # degenerate rewrites counted per model; the fallback's figures only when one was replaced
+            d = c["degenerate"]
+            assert 0 <= d["n"] <= 3 and sum(d["by_reason"].values()) == d["n"] and ("with_fallback" in c) == (d["n"] > 0)
         api = doc["candidates"]["api"]
         assert api["kind"] == "openai" and api["latency_s"]["p50"] > 0
         assert set(doc["comparisons"]) == {"rl_vs_sft", "sft_vs_base", "sft_vs_raw", "rl_vs_teacher",

@@ -167,13 +167,14 @@ def model_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], model_
                    threads: int | None) -> tuple[list[dict], dict]:
     from .generate import generate_rewrites
 
-    gen = cfg["eval"]["generation"]
+    gen = {**cfg["eval"]["generation"], **(spec.get("generation") or {})}
     device = gen["device"] or cfg["train"]["device"]
     results, info = generate_rewrites(model_dir, tenant, rows, batch_size=gen["batch_size"],
                                       max_new_tokens=gen["max_new_tokens"], threads=threads or gen["threads"],
                                       device=device, latency_sample=gen["latency_sample"],
                                       repetition_penalty=gen["repetition_penalty"],
-                                      no_repeat_ngram_size=gen["no_repeat_ngram_size"])
+                                      no_repeat_ngram_size=gen["no_repeat_ngram_size"],
+                                      copy_bias=gen["copy_bias"])
     price = spec.get("gpu_hour_usd", cfg["eval"]["gpu_hour_usd"])
     out = []
     for r, g in zip(rows, results):

@@ -30,13 +30,30 @@ def clean_completion(raw: str | None) -> str:
     return clean_rollout(raw).rstrip("\ufffd").strip()
 
 
+class CopyBias:
+    """A transformers logits processor: +bias on the logits of the tokens of each row's own source text (question,
+    profile, history), so greedy decoding prefers what the user wrote over what the model half remembers."""
+
+    def __init__(self, sources: list[list[int]], bias: float):
+        self.sources, self.bias = [sorted(set(s)) for s in sources], bias
+
+    def __call__(self, input_ids, scores):
+        for i, ids in enumerate(self.sources):
+            if ids:
+                scores[i, ids] += self.bias
+        return scores
+
+
 def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_size: int, max_new_tokens: int,
                       threads: int | None, device: str, latency_sample: int = 0,
                       repetition_penalty: float | None = None,
-                      no_repeat_ngram_size: int | None = None) -> tuple[list[dict], dict]:
+                      no_repeat_ngram_size: int | None = None,
+                      copy_bias: float | None = None) -> tuple[list[dict], dict]:
     """([{query_id, rewrite, raw_completion, latency_s, compute_s, new_tokens, finished, degenerate}], info) for
     `rows`. `degenerate`: why the rewrite is not one (qrewrite.eval.degenerate), else None; the rewrite is kept as
-    generated. repetition_penalty / no_repeat_ngram_size: transformers' decoding guards against loops (None: off)."""
+    generated. repetition_penalty / no_repeat_ngram_size: transformers' decoding guards against loops (None: off).
+    copy_bias: added to the logit of every token of the row's own question, profile and history (``CopyBias``): a
+    rewrite mostly copies its input, and a small model otherwise writes in a name it half remembers."""
     from .degenerate import degeneracy, source_text
 
     import torch
@@ -72,9 +89,15 @@ def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_s
 
     def run(batch: list[dict], new_tokens: int = max_new_tokens):
         enc = tok([prompt(r) for r in batch], return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+        extra = {}
+        if copy_bias:
+            from transformers import LogitsProcessorList
+
+            sources = [tok(source_text(r), add_special_tokens=False).input_ids for r in batch]
+            extra["logits_processor"] = LogitsProcessorList([CopyBias(sources, float(copy_bias))])
         with torch.inference_mode():
             out = model.generate(**enc, do_sample=False, max_new_tokens=new_tokens, pad_token_id=tok.pad_token_id,
-                                 temperature=None, top_p=None, top_k=None, **guards)
+                                 temperature=None, top_p=None, top_k=None, **guards, **extra)
         return out[:, enc["input_ids"].shape[1]:]
 
     def timed(batch: list[dict]):
@@ -109,6 +132,8 @@ def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_s
         for res, row in zip(results, rows[:latency_sample]):
             res["latency_s"] = round(timed([row])[1], 6)
         log.info("single-request latency timed on %d queries", min(latency_sample, len(rows)))
+    if copy_bias:
+        guards["copy_bias"] = copy_bias
     info = {"device": device, "threads": torch.get_num_threads(), "batch_size": batch_size,
             "latency_sample": len(rows) if batch_size == 1 else min(latency_sample, len(rows)),
             "max_new_tokens": max_new_tokens, "decoding_guards": guards, "dtype": str(model.dtype),
