@@ -26,6 +26,12 @@ rule models:
         targets("data", "models"),
 
 
+# The distilled judge (not in `all`: an optional study; reports/T/judge.json per tenant; docs/signals.md).
+rule judge:
+    input:
+        targets("judge"),
+
+
 # Serving check (not in `all`: it measures the machine, no stage uses it): reports/T/deploy.json per tenant.
 rule deploy:
     input:

@@ -13,6 +13,7 @@ from .data import cli as data_cli
 from .deploy import cli as deploy_cli
 from .errors import QrewriteError
 from .eval import cli as eval_cli
+from .judge import cli as judge_cli
 from .lineage.cli import register as register_lineage
 from .rag import cli as rag_cli
 from .report import cli as report_cli
@@ -27,7 +28,7 @@ log = logging.getLogger("qrewrite")
 # logic inside the function, so `qrewrite split` loads only the split's code; and dvc.yaml's code deps
 # (qrewrite/workflow/code_deps.py) follow a stage's own handler, not the other stages' registrations.
 STAGE_CLIS = (data_cli.register, teacher_cli.register, rag_cli.register, reward_cli.register, training_cli.register,
-              eval_cli.register,
+              eval_cli.register, judge_cli.register,
               report_cli.register, deploy_cli.register, register_lineage, workflow_cli.register)
 
 

@@ -47,6 +47,22 @@ def tenant_paths(tenant: str) -> dict[str, str]:
         "stats_rl": f"{r}/stats/rl.json",
         "tb_sft": f"{LOGS}/tensorboard/{tenant}/sft",
         "tb_rl": f"{LOGS}/tensorboard/{tenant}/rl",
+        # the distilled judge (`snakemake judge`)
+        "judge_items": f"{r}/judge/items.jsonl",
+        "judge_sft_train": f"{r}/judge/sft_train.jsonl",
+        "judge_sft_val": f"{r}/judge/sft_val.jsonl",
+        "judge_grpo_train": f"{r}/judge/grpo_train.jsonl",
+        "judge_student_test": f"{r}/judge/student_test.jsonl",
+        "judge_sft_model": f"{m}/judge-sft",           # LoRA adapter
+        "judge_sft_merged": f"{m}/judge-sft-merged",
+        "judge_model": f"{m}/judge",                   # after GRPO: reward.judge.model.path
+        "judge_sft_run": f"{r}/train/judge-sft-run",
+        "judge_grpo_run": f"{r}/train/judge-grpo-run",
+        "stats_judge_data": f"{r}/stats/judge_data.json",
+        "stats_judge_sft": f"{r}/stats/judge_sft.json",
+        "stats_judge_grpo": f"{r}/stats/judge_grpo.json",
+        "tb_judge_sft": f"{LOGS}/tensorboard/{tenant}/judge-sft",
+        "tb_judge_grpo": f"{LOGS}/tensorboard/{tenant}/judge-grpo",
     }
 
 
@@ -79,6 +95,7 @@ def eval_paths(tenant: str) -> dict[str, str]:
         "eval_json": f"{REPORTS}/{tenant}/eval.json",              # metrics (DVC metrics)
         "examples": f"{REPORTS}/{tenant}/examples.jsonl",           # biggest wins and losses vs the baseline
         "plots": f"{REPORTS}/{tenant}/plots.json",                  # per-candidate bars (DVC plots)
+        "judge_json": f"{REPORTS}/{tenant}/judge.json",             # the distilled judge measured (`snakemake judge`)
     }
 
 

@@ -21,7 +21,7 @@ from qrewrite.config import load_config
 from qrewrite.workflow.code_deps import registration_importers
 from qrewrite.workflow.stages import CONFIG_FILES, STAGES, job_threads, jobs
 
-TARGET_RULES = {"all", "data", "models", "deploy"}
+TARGET_RULES = {"all", "data", "models", "deploy", "judge"}
 
 
 def snakemake(*args: str) -> str:
@@ -68,7 +68,7 @@ def test_every_command_snakemake_and_dvc_run_parses():
     --threads from its rule's threads and took none)."""
     parser = build_parser()
     cmds = [line.removeprefix("Shell command: ") for line in
-            snakemake("-n", "-p", "--forceall", "all", "deploy").splitlines()
+            snakemake("-n", "-p", "--forceall", "all", "deploy", "judge").splitlines()
             if line.startswith("Shell command: ") and line != "Shell command: None"]  # None: the target rules
     stages = yaml.safe_load((REPO / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
     cmds += [st.get("do", st)["cmd"] for st in stages.values()]

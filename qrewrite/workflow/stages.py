@@ -173,6 +173,33 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           "lineage.", "report", per="all_tenants", args=(o("out", "report_html"),),
           reads=("eval_json", "examples", "summary", "data_card", "data_card_json", "tb_sft", "tb_rl"),
           params=("eval",), report="Report", mem_mb=1000, half="eval"),
+    # --- the distilled judge (`snakemake judge`, not in `all`; an optional study: Snakemake only, as the deploy check)
+    Stage("judge_data", "The distilled judge's items: labelled judgements from the tenant's data and the student's "
+          "samples, held out by question; its SFT and GRPO files.", "judge",
+          args=(i("queries"), i("validated"), i("test", "eval_split"), i("student", "sft_merged"),
+                i("rewrites", "all_rewrites"), o("judgements", "judge_items"), o("sft-train", "judge_sft_train"),
+                o("sft-val", "judge_sft_val"), o("grpo-train", "judge_grpo_train"),
+                o("student-test", "judge_student_test"), o("stats", "stats_judge_data")),
+          reads=("kb", "red_team"), params=("judge", "reward", "rag", "tenant"), env="swift", threads=True,
+          mem_mb=8000, runtime=60, half="judge", dvc=False),
+    Stage("judge_sft", "LoRA SFT of the judge on reason + score from the base model, merged.", "judge",
+          args=(i("base", "base_model"), i("train", "judge_sft_train"), i("val", "judge_sft_val"),
+                o("adapter", "judge_sft_model"), o("out", "judge_sft_merged"), d("run-dir", "judge_sft_run"),
+                o("tb", "tb_judge_sft"), o("stats", "stats_judge_sft")),
+          params=("judge.sft", "train", "base_model"), env="swift", threads=True, mem_mb=16000, runtime=240,
+          half="judge", dvc=False),
+    Stage("judge_grpo", "GRPO of the SFT judge with the format and verdict rewards, merged: the distilled judge.",
+          "judge", args=(i("model", "judge_sft_merged"), i("train", "judge_grpo_train"), o("out", "judge_model"),
+                         d("run-dir", "judge_grpo_run"), o("tb", "tb_judge_grpo"), o("stats", "stats_judge_grpo")),
+          params=("judge.grpo", "rl.swift_grpo", "train.device", "base_model"), env="swift", threads=True,
+          mem_mb=16000, runtime=240, half="judge", dvc=False),
+    Stage("judge_eval", "Base vs SFT vs GRPO judge, beside the rule (and API) judge: verdict accuracy, format, AUC "
+          "on held-out items, hand labels and the student's own rewrites, cost → judge.json.", "judge",
+          args=(i("judgements", "judge_items"), i("student-test", "judge_student_test"), i("base", "base_model"),
+                i("sft", "judge_sft_merged"), i("grpo", "judge_model"), o("out", "judge_json")),
+          reads=("kb", "judge_labels"), params=("judge", "reward", "rag", "eval.bootstrap", "eval.gpu_hour_usd",
+                                                "tenant"), env="swift", threads=True, mem_mb=16000, runtime=120,
+          metrics=("judge_json",), half="judge", dvc=False),
     # --- serving check (`snakemake deploy`, not in `all`) ------------------------------------------------
     Stage("deploy_check", "Serve deploy.candidate's model on loopback, send the eval rows through it at each "
           "concurrency level and the rewrites through the RAG → deploy.json.", "deploy",
@@ -183,7 +210,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
 )}
 
 # Artifact keys that are folders (Snakemake `directory()` outputs).
-DIRECTORIES = frozenset({"base_model", "sft_model", "sft_merged", "rl_model", "tb_sft", "tb_rl"})
+DIRECTORIES = frozenset({"base_model", "sft_model", "sft_merged", "rl_model", "tb_sft", "tb_rl", "judge_sft_model",
+                         "judge_sft_merged", "judge_model", "tb_judge_sft", "tb_judge_grpo"})
 
 
 def jobs(s: Stage, cfg: dict, tenants: list[str] | None = None) -> list[tuple[dict | None, dict | None]]:

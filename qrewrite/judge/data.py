@@ -1,0 +1,86 @@
+"""The judge's training files from its items: chat rows for LoRA SFT (prompt → reason + score), prompt rows with
+the label for GRPO, both from the train items only; the SFT validation rows are a tenth of the train questions
+(by a hash of the question, so a question's candidates stay together)."""
+
+from __future__ import annotations
+
+import hashlib
+
+from ..io_utils import write_jsonl
+from ..text import normalize
+from .prompt import messages, reply
+
+
+def _val(query: str) -> bool:
+    return hashlib.sha256(("judge-val\x1f" + normalize(query)).encode("utf-8")).digest()[0] < 26  # ~10 %
+
+
+def _sft_split(items: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Train items into SFT train / validation (by question); a tiny tenant still gets one validation question."""
+    train = [it for it in items if it["split"] == "train"]
+    val = [it for it in train if _val(it["query"])]
+    if not val and len(train) > 1:
+        q = normalize(train[-1]["query"])
+        val = [it for it in train if normalize(it["query"]) == q]
+    val_q = {normalize(it["query"]) for it in val}
+    return [it for it in train if normalize(it["query"]) not in val_q], val
+
+
+def _chat(it: dict) -> dict:
+    return {"messages": [*messages(it), {"role": "assistant", "content": reply(it["reason"], it["score"])}]}
+
+
+def sft_rows(items: list[dict]) -> tuple[list[dict], list[dict]]:
+    train, val = _sft_split(items)
+    return [_chat(it) for it in train], [_chat(it) for it in val]
+
+
+def grpo_rows(items: list[dict]) -> list[dict]:
+    """Prompt rows of the SFT train questions (the SFT validation questions stay out); `label` and `item_id`
+    reach the reward functions as columns (qrewrite.judge.swift_rewards)."""
+    train, _ = _sft_split(items)
+    return [{"messages": messages(it), "label": it["label"], "item_id": it["item_id"]} for it in train]
+
+
+def write(items: list[dict], out: dict[str, str]) -> dict:
+    train, val = sft_rows(items)
+    grpo = grpo_rows(items)
+    write_jsonl(out["items"], items)
+    write_jsonl(out["sft_train"], train)
+    write_jsonl(out["sft_val"], val)
+    write_jsonl(out["grpo_train"], grpo)
+    return {"sft_train": len(train), "sft_val": len(val), "grpo_train": len(grpo)}
+
+
+def sample_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, n: int, threads: int | None,
+                    seed: int = 0, max_new_tokens: int = 40, batch_size: int = 8) -> list[dict]:
+    """`n` sampled rewrites (temperature 1) of each row by a local model: the student's own kinds of mistakes,
+    for the judge to learn; [{query_id, rewrite}]."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ..eval.generate import clean_completion
+    from ..prompts import rewrite_messages
+
+    if threads:
+        torch.set_num_threads(int(threads))
+    torch.manual_seed(seed)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    out = []
+    for i in range(0, len(rows), batch_size):
+        batch = rows[i:i + batch_size]
+        prompts = [tok.apply_chat_template(rewrite_messages(tenant, r), add_generation_prompt=True, tokenize=False)
+                   for r in batch]
+        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        with torch.inference_mode():
+            gen = model.generate(**enc, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
+                                 num_return_sequences=n, max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id)
+        new = gen[:, enc["input_ids"].shape[1]:]
+        for j, ids in enumerate(new):
+            out.append({"query_id": batch[j // n]["query_id"],
+                        "rewrite": clean_completion(tok.decode(ids, skip_special_tokens=False))})
+    return out

@@ -1,0 +1,110 @@
+"""The distilled judge measured like the study, plus what this project knows (reports/T/judge.json).
+
+Judges: the base model, the SFT judge, the GRPO judge (all with the same prompt: ``ModelJudge``), the rule judge,
+and the API judge where ``reward.judge.provider`` is openai. On three labelled sets, none of whose questions the
+judge trained on:
+
+* ``heldout``: the held-out judgement items (their questions: the eval's test questions and the held-out half);
+  verdict accuracy (score >= GOOD_AT vs the label; a reply that does not parse is a wrong verdict), format
+  validity, AUC;
+* ``hand``: the tenant's hand labels (judge_labels), the held-out half (``signals.heldout``): AUC;
+* ``student``: the SFT student's own test rewrites, good when the tenant's RAG puts a gold document alone at rank 1:
+  the AUC the RL reward needs.
+
+AUC: P(a good candidate outscores a bad one), ties one half, a failed judgement the lowest score; 95 % intervals by
+bootstrap over the candidates. Cost per 1,000 judgements: the local judges' CPU time at eval.gpu_hour_usd; the API
+judge's list price for its prompt and a 40-token reply (tokens counted with the base model's tokenizer: an
+estimate, said so).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+
+from .prompt import verdict
+
+SETS = ("heldout", "hand", "student")
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Average ranks (1-based), ties sharing their mean rank."""
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(len(x))
+    sx = x[order]
+    i = 0
+    while i < len(x):
+        j = i
+        while j + 1 < len(x) and sx[j + 1] == sx[i]:
+            j += 1
+        ranks[order[i:j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def auc(scores: np.ndarray, good: np.ndarray) -> float | None:
+    n_good, n_bad = int(good.sum()), int((~good).sum())
+    if not n_good or not n_bad:
+        return None
+    r = _ranks(scores)
+    return float((r[good].sum() - n_good * (n_good + 1) / 2) / (n_good * n_bad))
+
+
+def with_ci(values: list[float], labels: list[str], *, samples: int, seed: int, confidence: float,
+            stat: str) -> dict:
+    """The statistic with a bootstrap interval over the candidates: 'auc' of the scores `values`, or 'accuracy',
+    the mean of `values` (1 for a right verdict, 0 for a wrong or failed one)."""
+    s, g = np.asarray(values, float), np.asarray([lab == "good" for lab in labels])
+    f = (lambda s_, g_: auc(s_, g_)) if stat == "auc" else (lambda s_, g_: float(np.mean(s_)) if len(s_) else None)
+    point = f(s, g)
+    rng = np.random.default_rng(seed)
+    boots = [v for _ in range(samples) if (v := f(s[idx := rng.integers(0, len(s), len(s))], g[idx])) is not None]
+    lo, hi = (np.quantile(boots, [(1 - confidence) / 2, (1 + confidence) / 2]) if boots else (None, None))
+    return {"value": None if point is None else round(point, 4), "ci_low": None if lo is None else round(float(lo), 4),
+            "ci_high": None if hi is None else round(float(hi), 4), "n": len(s), "n_good": int(g.sum())}
+
+
+async def judge_all(judge, rows: list[dict]) -> tuple[list[float | None], float]:
+    """Scores (None: failed) of `rows` ({query, profile, history, reference, candidate}) and the wall time."""
+    t0 = time.perf_counter()
+    verdicts = await asyncio.gather(*(judge.judge(r["query"], r.get("profile") or "", r.get("history") or "",
+                                                  r["candidate"], r.get("reference")) for r in rows))
+    return [v.score for v in verdicts], time.perf_counter() - t0
+
+
+def measure(scores: list[float | None], rows: list[dict], bkw: dict, *, accuracy: bool) -> dict:
+    labels = [r["label"] for r in rows]
+    flat = [s if s is not None else 0.0 for s in scores]
+    out = {"auc": with_ci(flat, labels, stat="auc", **bkw),
+           "format_valid": round(sum(s is not None for s in scores) / len(scores), 4) if scores else None}
+    if accuracy:
+        right = [1.0 if s is not None and verdict(s) == lab else 0.0 for s, lab in zip(scores, labels)]
+        out["accuracy"] = with_ci(right, labels, stat="accuracy", **bkw)
+        out["verdicts"] = {"good": sum(verdict(s) == "good" for s in scores if s is not None),
+                           "bad": sum(verdict(s) == "bad" for s in scores if s is not None),
+                           "failed": sum(s is None for s in scores)}
+    return out
+
+
+def evaluate_judges(judges: dict, sets: dict[str, list[dict]], bkw: dict, *, gpu_hour_usd: float,
+                    api_cost_per_1k: float | None) -> dict:
+    """{judge name: {set: metrics, seconds_per_judgement, cost_per_1k_usd}} for `judges` = {name: judge}."""
+    out = {}
+    for name, judge in judges.items():
+        res, n, wall = {}, 0, 0.0
+        for set_name, rows in sets.items():
+            if not rows:
+                continue
+            scores, secs = asyncio.run(judge_all(judge, rows))
+            res[set_name] = measure(scores, rows, bkw, accuracy=set_name == "heldout")
+            n, wall = n + len(rows), wall + secs
+        local = name != "api"
+        per = wall / n if n else None
+        res["seconds_per_judgement"] = round(per, 4) if per is not None else None
+        res["cost_per_1k_usd"] = (round(per * 1000 / 3600 * gpu_hour_usd, 4) if local and per is not None
+                                  else api_cost_per_1k)
+        res["stats"] = judge.stats() if hasattr(judge, "stats") else {}
+        out[name] = res
+    return out
