@@ -268,6 +268,55 @@ def test_snakemake_report_includes_the_eval_outputs(run, tmp_path):
         assert needle in html, needle
 
 
+# ------------------------------------------------------------------------------------------ the distilled judge
+
+JUDGE_TINY = {"student_samples": 1, "max_questions": 6, "eval_max_items": 6,
+              "sft": {"max_steps": 2, "evals_per_epoch": 100, "max_length": 512, "per_device_train_batch_size": 4},
+              "grpo": {"max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 4,
+                       "max_completion_length": 24, "max_length": 512, "save_steps": 1}}
+
+
+@pytest.mark.slow
+def test_distilled_judge_chain_and_rl_judged_by_it(run):
+    """`snakemake judge` for one tenant: items, SFT, GRPO, each model with lineage, judge.json with every judge
+    on every set; then `qrewrite rl` with reward.judge.provider: model, the distilled judge judging the rollouts."""
+    import yaml
+
+    cfg = yaml.safe_load(run.project.config_path.read_text(encoding="utf-8"))
+    cfg["judge"] = JUDGE_TINY
+    run.project.config_path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+    run.snakemake("judge", "--config", "only=fivedoctors", name="snakemake judge")
+    p, root = tenant_paths("fivedoctors"), run.root
+    stats = json.loads((root / p["stats_judge_data"]).read_text())
+    assert stats["items"] > 0 and set(stats["by_split"]) <= {"train", "heldout"} and stats["rationale_source"] == "llm"
+    items = [json.loads(ln) for ln in (root / p["judge_items"]).read_text(encoding="utf-8").splitlines()]
+    assert {r["kind"] for r in items} >= {"teacher", "raw", "other_row"} and all(r["reason"] for r in items)
+    for key in ("judge_sft_merged", "judge_model"):
+        out = run.qrewrite("lineage", "verify", p[key]).stdout
+        assert out.startswith(f"OK {p[key]}"), out
+    doc = json.loads((root / eval_paths("fivedoctors")["judge_json"]).read_text())
+    assert set(doc["judges"]) == {"base", "sft", "grpo", "rule", "api"}
+    for name, r in doc["judges"].items():
+        assert r["heldout"]["format_valid"] is not None and r["seconds_per_judgement"] > 0, name
+        assert 0 <= r["heldout"]["accuracy"]["value"] <= 1 and r["cost_per_1k_usd"] is not None, name
+    assert doc["sets"]["heldout"]["n"] <= 6
+    # RL with the distilled judge as the reward's judge (every rollout judged)
+    cfg["reward"] = {**cfg["reward"], "judge": {**cfg["reward"]["judge"], "provider": "model", "sample_share": 1.0}}
+    cfg["rl"] = {**cfg["rl"], "compare_with_parent": False}
+    mj = root / "config.model-judge.yaml"
+    mj.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+    out = root / "mj"
+    run.qrewrite("rl", "--config", str(mj), "--tenant", "fivedoctors", "--model", p["sft_merged"],
+                 "--data-dir", p["rl_dir"], "--reward-check", p["reward_check"], "--out", str(out / "rl"),
+                 "--run-dir", str(out / "run"), "--tb", str(out / "tb"), "--stats", str(out / "stats.json"),
+                 "--threads", "2")
+    rl = json.loads((out / "stats.json").read_text())
+    assert rl["reward"]["rollouts_scored"] == 4 and rl["reward"]["judge_calls"] > 0
+    assert (out / "rl" / "lineage.json").is_file()
+    lineage = json.loads((out / "rl" / "lineage.json").read_text())
+    assert lineage["config"]["reward"]["judge"]["provider"] == "model"
+
+
 # ------------------------------------------------------------------------------------------ secrets
 
 @pytest.mark.slow

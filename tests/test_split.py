@@ -235,7 +235,9 @@ def test_split_cli_writes_files(project):
         for s in rows:
             assert [m["role"] for m in s["messages"]] == ["system", "user", "assistant"]
             assert s["meta"]["split"] == name and s["meta"]["query_id"] and s["meta"]["teacher_call_key"]
-    assert dict(counts) == stats["splits"] == {"train": 32, "val": 4, "test": 4}
+    f = project.config["split"]  # config.yaml's fractions, 40 one-row question groups
+    want = {"train": round(40 * f["train"]), "val": round(40 * f["val"])}
+    assert dict(counts) == stats["splits"] == {**want, "test": 40 - sum(want.values())}
     assert not list((project.root / "results").rglob("*.tmp"))
 
 

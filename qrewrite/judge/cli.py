@@ -148,15 +148,15 @@ def cmd_judge_eval(args) -> None:
 
     items = read_jsonl(args.judgements)
     held = [r for r in items if r["split"] == "heldout"]
-    cap = cfg["judge"]["eval_max_items"]
-    if len(held) > cap:  # a deterministic subset, both labels kept in proportion
+    cap = cfg["judge"]["eval_max_items"]  # per set: every item costs each local judge a generation
+    if len(held) > cap:  # a deterministic subset (by item id)
         held = sorted(held, key=lambda r: r["item_id"])[:cap]
     hand = []
     if tenant.get("judge_labels"):
         hand = [{"query": r["query"], "profile": r.get("profile") or "", "history": r.get("history") or "",
                  "reference": r.get("reference"), "candidate": r["rewrite"], "label": r["label"]}
                 for r in load_judge_labels(tenant["judge_labels"]) if heldout(r["query"])]
-    sets = {"heldout": held, "hand": hand, "student": read_jsonl(args.student_test)}
+    sets = {"heldout": held, "hand": hand[:cap], "student": read_jsonl(args.student_test)[:cap]}
     settings = reward_settings(cfg)
     ecfg = cfg["eval"]
     bkw = dict(samples=ecfg["bootstrap"]["samples"], seed=ecfg["bootstrap"]["seed"],
