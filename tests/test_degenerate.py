@@ -12,7 +12,11 @@ from qrewrite.eval.degenerate import REASONS, degeneracy, fallback, has_loop, so
     ("复合维生素B片复合维生素C片复合维生素D片", "维生素怎么吃", True, "loop"),      # seen on fivedoctors (RL)
     ("奶蓟草护肝片什么时候吃效果好", "奶蓟草护肝片啥时候吃效果好", True, None),
     ("", "x", True, "empty"), ("。。 ", "x", True, "empty"),
-    ("奶蓟草护肝片什么时候吃", "奶蓟草护肝片啥时候吃", False, "unfinished"),       # cut by max_new_tokens
+    ("奶蓟草护肝片什么时候吃效果最好呢", "护肝片啥时候吃", False, "unfinished"),     # cut, longer than its source
+    ("Please pick the fastest route to get to the gas station Valero 7 miles", "valero? " * 3 +
+     "I need gas, the Valero station 7 miles away, fastest route please", False, None),  # a long rewrite, cut
+    ("I want Safeway 1 mile away at a grocery store Safeway 1 mile away at", "grocery store? safeway 1 mile",
+     False, "loop"),                                                                  # cut inside a repeat
     ("奶蓟草护肝片什么时候吃", "奶蓟草护肝片啥时候吃", None, None),                # unknown: not judged on it
     ("what is the address of the nearest gas station", "where is the nearest gas station, its address", True, None),
     ("the hotel the guest asked about in the booking the day before the long trip", "the hotel?",

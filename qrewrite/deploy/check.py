@@ -97,6 +97,10 @@ def run_check(cfg: dict, tenant: dict, rows: list[dict], *, model: str, eval_jso
         raise QrewriteError(f"eval.json has no candidate {spec['name']!r}", file=eval_json,
                             hint="rerun snakemake eval with deploy.candidate among eval.candidates")
     inproc = _in_process(eval_rewrites, rows, spec["name"])
+    if (ecfg["generation"].get("copy_bias") or (spec.get("generation") or {}).get("copy_bias")):
+        log.warning("eval.generation.copy_bias is set: the in-process eval biased decoding towards each row's own "
+                    "tokens, which the server does not (an OpenAI API caller can send it as logit_bias with vLLM; "
+                    "swift deploy ignores it): served and in-process rewrites may differ")
     levels = sorted(set(dcfg["concurrency"]))
     gen = ecfg["generation"]
     device = gen["device"] or cfg["train"]["device"]

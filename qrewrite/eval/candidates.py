@@ -179,7 +179,8 @@ def model_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], model_
     out = []
     for r, g in zip(rows, results):
         out.append({**_base(spec, r), "status": "ok", "reason": None, "rewrite": g["rewrite"],
-                    "raw_completion": g["raw_completion"], "degenerate": g["degenerate"], "model": model_dir,
+                    "raw_completion": g["raw_completion"], "finished": g["finished"], "degenerate": g["degenerate"],
+                    "model": model_dir,
                     "latency_s": g["latency_s"],
                     "compute_s": g["compute_s"], "cost_usd": round(price * g["compute_s"] / 3600.0, 10),
                     "usage": {"completion_tokens": g["new_tokens"]}})

@@ -166,7 +166,7 @@ def evaluate(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[str, list
             **({"generation": info[name]} if info and name in info else {}),
         }
         if any("degenerate" in r for r in rws):  # a local model: loops, cut-off and empty rewrites, counted
-            candidates[name].update(_degenerate(name, rws, per, scored.get("query_history"), bkw))
+            candidates[name].update(_degenerate(name, rws, rows, per, scored.get("query_history"), bkw))
 
     comparisons = {}
     for a, b in ecfg["compare"]:
@@ -209,14 +209,22 @@ def evaluate(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[str, list
     return doc, _examples(cfg, rows, scored, rewrites), _plot_rows(candidates, baseline)
 
 
-def _degenerate(name: str, rws: list[dict], per: list[dict], fallback: list[dict] | None, bkw: dict) -> dict:
+def _degenerate(name: str, rws: list[dict], rows: list[dict], per: list[dict], fallback: list[dict] | None,
+                bkw: dict) -> dict:
     """A model's degenerate rewrites (qrewrite.eval.degenerate), scored as generated in its own figures; beside
     them `with_fallback`: its Hit@1 / top1 had each degenerate rewrite been replaced by the stated fallback, the
     query with its history pasted after it (the query_history candidate's row)."""
-    from .degenerate import summarize
+    from .degenerate import degeneracy, source_text, summarize
 
     by_id = {r["query_id"]: r for r in rws}
-    reasons = [by_id.get(s["query_id"], {}).get("degenerate") for s in per]
+
+    def reason(row: dict) -> str | None:  # asked again here: the rule of the code that scores, not of the one that generated
+        rw = by_id.get(row["query_id"], {})
+        if rw.get("status") != "ok":
+            return None
+        return degeneracy(rw.get("rewrite") or "", source=source_text(row), finished=rw.get("finished"))
+
+    reasons = [reason(row) for row in rows]
     out = {"degenerate": summarize(reasons, [s["query_id"] for s in per], [s["rewrite"] for s in per])}
     if out["degenerate"]["n"] and fallback is not None:
         mixed = [fb if why else s for s, fb, why in zip(per, fallback, reasons)]
