@@ -43,6 +43,16 @@ gpus="${SLURM_GPUS_ON_NODE:-0}"
 address="$head_ip:$port"
 echo "ray_on_slurm: head $head_node ($address), ${#nodes[@]} node(s): ${nodes[*]}; per node $cpus CPUs, $gpus GPUs"
 
+# Ray >= 2.52 authenticates with a token: `ray start` turns it on by itself where ~/.ray/auth_token exists (any
+# earlier local ray.init() writes one), while a client given an address does not, and then fails
+# "InvalidAuthToken". So the mode is set for the whole job, and in token mode (the default here) one token
+# travels in the environment to the head, the workers (srun and apptainer pass it on) and COMMAND.
+export RAY_AUTH_MODE="${RAY_AUTH_MODE:-token}"
+if [[ "$RAY_AUTH_MODE" == token && -z "${RAY_AUTH_TOKEN:-}" && -z "${RAY_AUTH_TOKEN_PATH:-}" ]]; then
+  RAY_AUTH_TOKEN=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+  export RAY_AUTH_TOKEN
+fi
+
 pids=()
 cleanup() {
   "${run[@]}" ray stop --force >/dev/null 2>&1 || true
@@ -62,13 +72,16 @@ done
 
 # Wait until every node has joined (Ray's own view), or fail naming the missing count.
 want=${#nodes[@]}
-for _ in $(seq 1 "${QREWRITE_RAY_WAIT_S:-300}"); do
-  have=$("${run[@]}" python -c "import ray; ray.init(address='$address', logging_level='ERROR'); print(sum(n['Alive'] for n in ray.nodes()))" 2>/dev/null | tail -1 || true)
+deadline=$((SECONDS + ${QREWRITE_RAY_WAIT_S:-300}))
+while ((SECONDS < deadline)); do
+  probe_err=$(mktemp)
+  have=$("${run[@]}" python -c "import ray; ray.init(address='$address', logging_level='ERROR'); print(sum(n['Alive'] for n in ray.nodes()))" 2>"$probe_err" | tail -1 || true)
+  last_err=$(tail -n 3 "$probe_err"); rm -f "$probe_err"
   [[ "$have" == "$want" ]] && break
   for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null || { echo "ray_on_slurm.sh: a worker's srun exited" >&2; exit 1; }; done
   sleep 1
 done
-[[ "$have" == "$want" ]] || { echo "ray_on_slurm.sh: only ${have:-0} of $want Ray nodes joined" >&2; exit 1; }
+[[ "$have" == "$want" ]] || { echo "ray_on_slurm.sh: only ${have:-0} of $want Ray nodes joined; the last probe said: ${last_err:-nothing}" >&2; exit 1; }
 echo "ray_on_slurm: $want node(s) joined; running: $*"
 
 set +e

@@ -19,6 +19,9 @@ import pytest
 from qrewrite.paths import tenant_paths
 
 TENANT = "fivedoctors"
+REPO = Path(__file__).resolve().parents[1]
+# the appended bad line is the demo file's next row, whatever its length
+DEMO_ROWS = len((REPO / "data" / "demo" / f"{TENANT}.queries.jsonl").read_bytes().splitlines())
 RAW = "data/raw/fivedoctors.xlsx"
 KB = "data/kb/fivedoctors.jsonl"
 HEADER = ["问题", "用户画像", "历史摘要", "相关文档"]
@@ -296,7 +299,7 @@ CASES = [
     Case("config-not-yaml", config_not_yaml, file="config.yaml", expect=["not valid YAML"]),
     Case("raw-excel-missing", raw_missing, expect=["raw Excel file not found", "raw_excel"]),
     Case("demo-source-not-utf8", demo_source_not_utf8, stage="build-excel",
-         file=f"data/demo/{TENANT}.queries.jsonl", expect=["row 245", "UTF-8"]),
+         file=f"data/demo/{TENANT}.queries.jsonl", expect=[f"row {DEMO_ROWS + 1}", "UTF-8"]),
     Case("teach-queries-missing", queries_missing, stage="teacher", file=PATHS["queries"], expect=["not found"]),
     Case("teach-queries-not-utf8", queries_not_utf8, stage="teacher", file=PATHS["queries"], expect=["row 2", "UTF-8"]),
 ]

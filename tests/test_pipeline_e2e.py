@@ -284,6 +284,9 @@ def test_distilled_judge_chain_and_rl_judged_by_it(run):
 
     cfg = yaml.safe_load(run.project.config_path.read_text(encoding="utf-8"))
     cfg["judge"] = JUDGE_TINY
+    # the fake judge model gets a list price, so judge.json estimates the API judge's cost (unpriced: null)
+    jm = cfg["reward"]["judge"]["openai"]["model"]
+    cfg.setdefault("teacher", {}).setdefault("prices", {})[jm] = {"input_per_1m": 1.0, "output_per_1m": 4.0}
     run.project.config_path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
     run.snakemake("judge", "--config", "only=fivedoctors", name="snakemake judge")
     p, root = tenant_paths("fivedoctors"), run.root
@@ -298,7 +301,9 @@ def test_distilled_judge_chain_and_rl_judged_by_it(run):
     assert set(doc["judges"]) == {"base", "sft", "grpo", "rule", "api"}
     for name, r in doc["judges"].items():
         assert r["heldout"]["format_valid"] is not None and r["seconds_per_judgement"] > 0, name
-        assert 0 <= r["heldout"]["accuracy"]["value"] <= 1 and r["cost_per_1k_usd"] is not None, name
+        assert 0 <= r["heldout"]["accuracy"]["value"] <= 1 and r["cost_per_1k_usd"] > 0, name
+    # 1,000 judgements of prompts of at least 100 tokens at $1 per 1M input tokens, + 40 reply tokens at $4
+    assert doc["judges"]["api"]["cost_per_1k_usd"] > (100 * 1.0 + 40 * 4.0) / 1e6 * 1000
     assert doc["sets"]["heldout"]["n"] <= 6
     # RL with the distilled judge as the reward's judge (every rollout judged)
     cfg["reward"] = {**cfg["reward"], "judge": {**cfg["reward"]["judge"], "provider": "model", "sample_share": 1.0}}

@@ -188,8 +188,11 @@ def test_verl_loads_and_scores_our_reward(tmp_path, reward_config):
     assert res["row_sums"] == pytest.approx(scores, abs=1e-6)       # score placed on the last response token
     assert res["legacy_sums"] == pytest.approx(scores, abs=1e-6)    # batch form agrees
     assert set(res["legacy_keys"]) == set(REWARD_KEYS)
-    assert scores[0] == 0.0 and res["extra"]["win"][0] == 0         # the teacher's own rewrite ties
-    assert res["extra"]["win"][1] == -1 and scores[1] < -0.4
+    ex = res["extra"]
+    # the teacher's own rewrite ties on every relative term; the default (faithful) formula still pays its rank term
+    assert ex["win"][0] == 0 and ex["judge_term"][0] == 0.0 and ex["retrieval_term"][0] == 0.0
+    assert scores[0] == pytest.approx(0.6 * ex["rank_term"][0], abs=1e-6)
+    assert ex["win"][1] == -1 and scores[1] < scores[0] - 0.4
     assert res["extra"]["q_student"][2] > 0                         # think block stripped before retrieval
     assert all(-1.0 <= s <= 1.0 for s in scores)
 
@@ -254,8 +257,10 @@ def test_swift_plugin_registers_and_scores(tmp_path, reward_config):
     details = res["details"]
     assert [set(d) for d in details] == [set(REWARD_KEYS)] * 3
     assert res["rewards"] == pytest.approx([d["score"] for d in details], abs=1e-6)
-    assert details[0]["score"] == 0.0 and details[0]["win"] == 0    # <|im_end|> stripped; teacher text ties
-    assert details[1]["win"] == -1 and details[1]["score"] < -0.4
+    d0 = details[0]   # <|im_end|> stripped; the teacher's text ties on every relative term (faithful: rank term paid)
+    assert d0["win"] == 0 and d0["judge_term"] == 0.0 and d0["retrieval_term"] == 0.0
+    assert d0["score"] == pytest.approx(0.6 * d0["rank_term"], abs=1e-6)
+    assert details[1]["win"] == -1 and details[1]["score"] < d0["score"] - 0.4
     assert details[2]["q_student"] > 0
     assert res["stats"]["fivedoctors"]["samples"] == 3
 

@@ -195,10 +195,18 @@ def test_ray_on_slurm_joins_the_allocation_and_runs_the_command(slurm, tmp_path)
     port = free_port()
     step = (f"srun -n1 --cpus-per-task={cpus} --gpus=1 {REPO / 'slurm' / 'ray_on_slurm.sh'} --port {port} -- "
             f"python -c \"{RAY_PROBE}\"")
-    env = {**os.environ, "PATH": f"{verl_bin}:{os.environ['PATH']}", "RAY_USAGE_STATS_ENABLED": "0"}
+    # a HOME where an earlier local ray.init() left ~/.ray/auth_token: `ray start` then turns token auth on by
+    # itself, and a client given only an address failed "InvalidAuthToken" (the launcher sets one mode and token)
+    home = tmp_path / "home"
+    (home / ".ray").mkdir(parents=True)
+    (home / ".ray" / "auth_token").write_text("0" * 64)
+    env = {**os.environ, "PATH": f"{verl_bin}:{os.environ['PATH']}", "RAY_USAGE_STATS_ENABLED": "0",
+           "HOME": str(home)}
+    env.pop("RAY_AUTH_MODE", None)
+    env.pop("RAY_AUTH_TOKEN", None)
     proc = subprocess.run(["sbatch", "--wait", "--parsable", "-p", cluster.GPU_PARTITION, "-A", cluster.ACCOUNT,
-                           f"--gpus={cluster.GPU_TYPE}:1", "-c", str(cpus), "--mem", "4000", "-t", "10",
-                           "-o", str(out), "--wrap", step], env=env, capture_output=True, text=True, timeout=600)
+                           f"--gpus={cluster.GPU_TYPE}:1", "-c", str(cpus), "--mem", "4000", "-t", "5",
+                           "-o", str(out), "--wrap", step], env=env, capture_output=True, text=True, timeout=330)
     log = out.read_text(errors="replace") if out.exists() else ""
     assert proc.returncode == 0, f"sbatch --wait: {proc.returncode} {proc.stderr}\n{log[-5000:]}"
     probe = json.loads(next(l for l in log.splitlines() if l.startswith("RAY "))[4:])

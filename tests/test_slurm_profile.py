@@ -19,7 +19,9 @@ import pytest
 from conftest import TESTS
 from test_slurm_cluster import copy_checkout
 
-GPU_RULES = {"sft", "merge_sft", "rl", "eval_generate", "deploy_check"}
+GPU_RULES = {"sft", "merge_sft", "rl", "eval_generate", "deploy_check", "judge_data", "judge_sft", "judge_grpo",
+             "judge_eval"}
+ONE_GPU = GPU_RULES - {"sft", "rl"}
 SITE_VARS = ("QREWRITE_SLURM_PARTITION", "QREWRITE_SLURM_GPU_PARTITION", "QREWRITE_SLURM_ACCOUNT",
              "QREWRITE_SLURM_GPU_MODEL", "QREWRITE_SLURM_GPUS", "QREWRITE_SLURM_GPU_CPUS", "QREWRITE_SLURM_RL_NODES",
              "QREWRITE_APPTAINER_BIND")
@@ -43,9 +45,10 @@ def run(checkout: Path, *args: str, stub: bool = True, **site) -> str:
 
 
 def snakemake(checkout: Path, *args: str, **site) -> str:
-    """A dry run of `all` and of `deploy` (the serving check, outside `all`): every rule of the workflow."""
+    """A dry run of `all`, `deploy` and `judge` (the serving check and the distilled judge, outside `all`): every
+    rule of the workflow."""
     return run(checkout, str(Path(sys.executable).parent / "snakemake"), "--profile", "slurm", "-n", "all", "deploy",
-               *args, **site)
+               "judge", *args, **site)
 
 
 def jobs(dry_run: str) -> list[dict]:
@@ -53,7 +56,7 @@ def jobs(dry_run: str) -> list[dict]:
     out = []
     for block in re.split(r"\n(?=rule \w+:\n)", dry_run):
         m = re.match(r"rule (\w+):\n", block)
-        if not m or m.group(1) in ("all", "deploy"):
+        if not m or m.group(1) in ("all", "deploy", "judge"):
             continue
         res = re.search(r"^\s+resources: (.*)$", block, flags=re.M)
         thr = re.search(r"^\s+threads: (\d+)$", block, flags=re.M)
@@ -98,7 +101,7 @@ def test_site_settings_come_from_the_environment(checkout):
         if j["rule"] in GPU_RULES:
             assert r["slurm_partition"] == "gpu-h100" and r["gpu_model"] == "h100", j
             assert r["cpus_per_task"] == "12" and j["threads"] == 12, j
-            assert r["gpu"] == ("1" if j["rule"] in {"merge_sft", "eval_generate", "deploy_check"} else "4"), j
+            assert r["gpu"] == ("1" if j["rule"] in ONE_GPU else "4"), j
         else:
             assert r["slurm_partition"] == "cpu-short" and "gpu_model" not in r, j
 
@@ -122,7 +125,7 @@ def test_memory_grows_per_attempt(checkout):
 
 
 def test_container_dry_run_shows_exact_apptainer_commands(checkout):
-    out = run(checkout, sys.executable, "slurm/container_dryrun.py", "--profile", "slurm", "all", "deploy",
+    out = run(checkout, sys.executable, "slurm/container_dryrun.py", "--profile", "slurm", "all", "deploy", "judge",
               QREWRITE_APPTAINER_BIND="/models,/scratch")
     cmds = re.findall(r"^Container command \((\w+)\): (.*)$", out, flags=re.M)
     assert {r for r, _ in cmds} == workflow_rules(checkout), "every job runs in a container"

@@ -196,9 +196,11 @@ def _api_cost_per_1k(cfg: dict, tokenizer_dir: str, sets: dict) -> float | None:
     if not price or not rows:
         return None
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
-    n_in = sum(len(tok.apply_chat_template(judge_messages(r["query"], r.get("profile") or "", r.get("history") or "",
-                                                           r["candidate"], None, r.get("reference")), tokenize=True))
-               for r in rows) / len(rows)
+    # the rendered prompt's token count (apply_chat_template(tokenize=True) returns a BatchEncoding in transformers 5)
+    texts = [tok.apply_chat_template(judge_messages(r["query"], r.get("profile") or "", r.get("history") or "",
+                                                    r["candidate"], None, r.get("reference")), tokenize=False)
+             for r in rows]
+    n_in = sum(len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts) / len(rows)
     return round((n_in * price["input_per_1m"] + 40 * price["output_per_1m"]) / 1e6 * 1000, 4)
 
 
