@@ -101,6 +101,10 @@ def run_check(cfg: dict, tenant: dict, rows: list[dict], *, model: str, eval_jso
         log.warning("eval.generation.copy_bias is set: the in-process eval biased decoding towards each row's own "
                     "tokens, which the server does not (an OpenAI API caller can send it as logit_bias with vLLM; "
                     "swift deploy ignores it): served and in-process rewrites may differ")
+    if {**ecfg["generation"], **(spec.get("generation") or {})}.get("trim_loops"):
+        log.warning("eval.generation.trim_loops is set: the in-process eval cut looping rewrites where the loop "
+                    "began; a served rewrite is measured as the server returns it (a caller can cut it the same "
+                    "way: qrewrite.eval.degenerate.trim_loop)")
     levels = sorted(set(dcfg["concurrency"]))
     gen = ecfg["generation"]
     device = gen["device"] or cfg["train"]["device"]

@@ -174,12 +174,13 @@ def model_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], model_
                                       device=device, latency_sample=gen["latency_sample"],
                                       repetition_penalty=gen["repetition_penalty"],
                                       no_repeat_ngram_size=gen["no_repeat_ngram_size"],
-                                      copy_bias=gen["copy_bias"])
+                                      copy_bias=gen["copy_bias"], trim_loops=gen["trim_loops"])
     price = spec.get("gpu_hour_usd", cfg["eval"]["gpu_hour_usd"])
     out = []
     for r, g in zip(rows, results):
         out.append({**_base(spec, r), "status": "ok", "reason": None, "rewrite": g["rewrite"],
-                    "raw_completion": g["raw_completion"], "finished": g["finished"], "degenerate": g["degenerate"],
+                    "raw_completion": g["raw_completion"], "finished": g["finished"], "loop_trimmed": g["loop_trimmed"],
+                    "degenerate": g["degenerate"],
                     "model": model_dir,
                     "latency_s": g["latency_s"],
                     "compute_s": g["compute_s"], "cost_usd": round(price * g["compute_s"] / 3600.0, 10),

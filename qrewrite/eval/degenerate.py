@@ -11,6 +11,10 @@ Reasons, checked in this order:
 * ``unfinished``: cut by ``max_new_tokens`` and longer than its source. A long rewrite of a long question cut by the
   cap is not counted: on CQR all 9 such test rewrites still put the gold document first (docs/training.md).
 
+A loop is trimmed where it is generated (``trim_loop``, ``eval.generation.trim_loops``, on by default): the rewrite
+ends where the loop began, as if generation had stopped at it, and eval.json counts such rewrites per model
+(``loops_trimmed``); the model's raw completion is kept beside it.
+
 The fallback for a degenerate rewrite is the query with its history pasted after it (the `query_history`
 baseline, free and never worse than the raw query on any tenant measured): eval reports it beside the model's own
 figures (``with_fallback``), never inside them.
@@ -50,6 +54,22 @@ def degeneracy(rewrite: str, *, source: str, finished: bool | None = None) -> st
     if finished is False and len(u) > n_source:
         return "unfinished"
     return None
+
+
+def trim_loop(text: str, n: int = LOOP_N, times: int = LOOP_TIMES) -> str:
+    """`text` cut where it starts to repeat itself: before the second occurrence of the first run of `n` units that
+    occurs `times` times ("深海鱼软胶囊软胶囊软胶囊…" → "深海鱼软胶囊", "复合维生素B片复合维生素C片复合维生素D片…" →
+    "复合维生素B片"). Generation would have stopped there had it checked for a loop as it went; what followed is
+    dropped with the loop. Text without a loop comes back unchanged."""
+    spans = [(m.start(), m.group().lower()) for m in _UNIT.finditer(text or "")]
+    grams: dict[tuple, list[int]] = {}
+    for i in range(len(spans) - n + 1):
+        grams.setdefault(tuple(u for _, u in spans[i:i + n]), []).append(i)
+    looping = [at for at in grams.values() if len(at) >= times]
+    if not looping:
+        return text
+    first, second = min(looping, key=lambda at: at[0])[:2]
+    return text[:spans[second][0]].rstrip(" ,，、;；:：")
 
 
 def source_text(row: dict) -> str:

@@ -48,13 +48,15 @@ def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_s
                       threads: int | None, device: str, latency_sample: int = 0,
                       repetition_penalty: float | None = None,
                       no_repeat_ngram_size: int | None = None,
-                      copy_bias: float | None = None) -> tuple[list[dict], dict]:
+                      copy_bias: float | None = None, trim_loops: bool = False) -> tuple[list[dict], dict]:
     """([{query_id, rewrite, raw_completion, latency_s, compute_s, new_tokens, finished, degenerate}], info) for
     `rows`. `degenerate`: why the rewrite is not one (qrewrite.eval.degenerate), else None; the rewrite is kept as
     generated. repetition_penalty / no_repeat_ngram_size: transformers' decoding guards against loops (None: off).
     copy_bias: added to the logit of every token of the row's own question, profile and history (``CopyBias``): a
-    rewrite mostly copies its input, and a small model otherwise writes in a name it half remembers."""
-    from .degenerate import degeneracy, source_text
+    rewrite mostly copies its input, and a small model otherwise writes in a name it half remembers.
+    trim_loops: a rewrite that loops ends where the loop began (qrewrite.eval.degenerate.trim_loop; `loop_trimmed`
+    says so, `raw_completion` keeps what the model wrote)."""
+    from .degenerate import degeneracy, source_text, trim_loop
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -122,11 +124,16 @@ def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_s
             n_new = int((ids != tok.pad_token_id).sum())
             finished = any(int(x) in eos_ids for x in ids)  # ended its turn before max_new_tokens
             rewrite = clean_completion(raw)
+            why = degeneracy(rewrite, source=source_text(rows[j]), finished=finished)
+            trimmed = trim_loops and why == "loop"
+            if trimmed:  # stopped where the loop began: judged as a finished rewrite
+                rewrite = trim_loop(rewrite)
+                why = degeneracy(rewrite, source=source_text(rows[j]), finished=True)
             results[j] = {"query_id": rows[j]["query_id"], "rewrite": rewrite,
                           "raw_completion": raw,
                           "latency_s": round(wall, 6) if batch_size == 1 else None,
                           "compute_s": round(wall / len(idx), 6), "new_tokens": n_new, "finished": finished,
-                          "degenerate": degeneracy(rewrite, source=source_text(rows[j]), finished=finished)}
+                          "loop_trimmed": trimmed, "degenerate": why}
         log.info("generated %d/%d", min(i + batch_size, len(rows)), len(rows))
     if batch_size > 1:
         for res, row in zip(results, rows[:latency_sample]):
@@ -134,6 +141,11 @@ def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_s
         log.info("single-request latency timed on %d queries", min(latency_sample, len(rows)))
     if copy_bias:
         guards["copy_bias"] = copy_bias
+    if trim_loops:
+        guards["trim_loops"] = sum(bool(r["loop_trimmed"]) for r in results)
+        if guards["trim_loops"]:
+            log.warning("%d rewrite(s) looped and were cut where the loop began (eval.generation.trim_loops)",
+                        guards["trim_loops"])
     info = {"device": device, "threads": torch.get_num_threads(), "batch_size": batch_size,
             "latency_sample": len(rows) if batch_size == 1 else min(latency_sample, len(rows)),
             "max_new_tokens": max_new_tokens, "decoding_guards": guards, "dtype": str(model.dtype),

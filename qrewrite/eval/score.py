@@ -222,10 +222,13 @@ def _degenerate(name: str, rws: list[dict], rows: list[dict], per: list[dict], f
         rw = by_id.get(row["query_id"], {})
         if rw.get("status") != "ok":
             return None
-        return degeneracy(rw.get("rewrite") or "", source=source_text(row), finished=rw.get("finished"))
+        # a trimmed loop ended where the loop began: judged as finished
+        return degeneracy(rw.get("rewrite") or "", source=source_text(row),
+                          finished=True if rw.get("loop_trimmed") else rw.get("finished"))
 
     reasons = [reason(row) for row in rows]
-    out = {"degenerate": summarize(reasons, [s["query_id"] for s in per], [s["rewrite"] for s in per])}
+    out = {"degenerate": summarize(reasons, [s["query_id"] for s in per], [s["rewrite"] for s in per]),
+           "loops_trimmed": sum(bool(by_id.get(r["query_id"], {}).get("loop_trimmed")) for r in rows)}
     if out["degenerate"]["n"] and fallback is not None:
         mixed = [fb if why else s for s, fb, why in zip(per, fallback, reasons)]
         out["with_fallback"] = {"fallback": "query_history", "replaced": out["degenerate"]["n"],

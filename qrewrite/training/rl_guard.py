@@ -51,7 +51,8 @@ def compare_with_parent(cfg: dict, tenant: dict, *, parent: str, child: str, val
         out, _ = generate_rewrites(model, tenant, rows, batch_size=gen["batch_size"],
                                    max_new_tokens=gen["max_new_tokens"], threads=threads, device=device,
                                    repetition_penalty=gen["repetition_penalty"],
-                                   no_repeat_ngram_size=gen["no_repeat_ngram_size"], copy_bias=gen["copy_bias"])
+                                   no_repeat_ngram_size=gen["no_repeat_ngram_size"], copy_bias=gen["copy_bias"],
+                                   trim_loops=gen["trim_loops"])
         degenerate[name] = [r["degenerate"] for r in out]
         rewrites[name] = [r["rewrite"] for r in out]
     scorer = RewardScorer(cfg, tenant)
