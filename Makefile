@@ -53,7 +53,7 @@ run-quick: $(VENV)/.data-env .venvs/swift/.installed
 
 # The training-framework tests must not skip in CI: the envs are built above.
 test: $(VENV)/.test-env $(TRAIN_ENVS)
-	PATH="$(CURDIR)/$(BIN):$$PATH" QREWRITE_REQUIRE_TRAIN_ENVS=1 $(BIN)/python -m pytest -ra $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(BIN):$$PATH" QREWRITE_REQUIRE_TRAIN_ENVS=1 $(BIN)/python -m pytest -ra --durations=40 $(PYTEST_ARGS)
 
 # Images, one recipe each (containers/*.Containerfile, built by scripts/containers.py with podman;
 # docs/cluster.md): `make containers` builds cpu and swift here, the swift image with the CPU torch wheel that
