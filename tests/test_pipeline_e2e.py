@@ -108,6 +108,9 @@ def run(tmp_path_factory):
     cfg["reward"] = {"judge": {"provider": "openai", "sample_share": 1.0,
                                "openai": {**api, "model": "judge-model", "max_retries": 2}},
                      "check": {"judge_min_auc": 0.0}}
+    # the fake judge model has a list price (the distilled-judge test estimates the API judge's cost from it); set
+    # here, not later: teacher.prices is a parameter of the teacher rule, so changing it reruns everything
+    cfg.setdefault("teacher", {}).setdefault("prices", {})["judge-model"] = {"input_per_1m": 1.0, "output_per_1m": 4.0}
     cfg["eval"].update({"max_rows": 3, "generation": {"batch_size": 8, "max_new_tokens": 16}})
     # the zero-shot base model too (config.yaml leaves it out to save CPU time), with the schema's comparisons
     names = [c["name"] for c in cfg["eval"]["candidates"]]
@@ -283,10 +286,7 @@ def test_distilled_judge_chain_and_rl_judged_by_it(run):
     import yaml
 
     cfg = yaml.safe_load(run.project.config_path.read_text(encoding="utf-8"))
-    cfg["judge"] = JUDGE_TINY
-    # the fake judge model gets a list price, so judge.json estimates the API judge's cost (unpriced: null)
-    jm = cfg["reward"]["judge"]["openai"]["model"]
-    cfg.setdefault("teacher", {}).setdefault("prices", {})[jm] = {"input_per_1m": 1.0, "output_per_1m": 4.0}
+    cfg["judge"] = JUDGE_TINY  # a parameter of the judge rules only: nothing of `all` reruns
     run.project.config_path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
     run.snakemake("judge", "--config", "only=fivedoctors", name="snakemake judge")
     p, root = tenant_paths("fivedoctors"), run.root
