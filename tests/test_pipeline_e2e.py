@@ -301,7 +301,7 @@ def test_distilled_judge_chain_and_rl_judged_by_it(run):
     assert set(doc["judges"]) == {"base", "sft", "grpo", "rule", "api"}
     for name, r in doc["judges"].items():
         assert r["heldout"]["format_valid"] is not None and r["seconds_per_judgement"] > 0, name
-        assert 0 <= r["heldout"]["accuracy"]["value"] <= 1 and r["cost_per_1k_usd"] > 0, name
+        assert 0 <= r["heldout"]["accuracy"]["value"] <= 1 and r["cost_per_1k_usd"] >= 0, name
     # 1,000 judgements of prompts of at least 100 tokens at $1 per 1M input tokens, + 40 reply tokens at $4
     assert doc["judges"]["api"]["cost_per_1k_usd"] > (100 * 1.0 + 40 * 4.0) / 1e6 * 1000
     assert doc["sets"]["heldout"]["n"] <= 6
