@@ -30,6 +30,9 @@ def _with_defaults(validator_class):
             for name, sub in properties.items():
                 if "default" in sub and name not in instance:
                     instance[name] = copy.deepcopy(sub["default"])
+                elif sub.get("x-merge-default") and isinstance(instance.get(name), dict):
+                    # the keys given change the default's, the others keep it (judge.sft: {max_steps: 40})
+                    instance[name] = {**copy.deepcopy(sub["default"]), **instance[name]}
         yield from validate_properties(validator, properties, instance, schema)
 
     return jsonschema.validators.extend(validator_class, {"properties": set_defaults})

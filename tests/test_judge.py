@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -15,6 +17,8 @@ from qrewrite.judge.evaluate import auc, measure
 from qrewrite.judge.prompt import GOOD_AT, messages, read_reply, reply, verdict
 from qrewrite.judge.rewards import format_reward, verdict_reward
 from qrewrite.signals import auc as auc_reference, heldout
+
+REPO = Path(__file__).resolve().parents[1]
 
 QUERIES = [{"id": f"q{i}", "query": q, "profile": "", "history": h, "gold_doc_ids": g} for i, (q, h, g) in enumerate([
     ("它多少钱", "用户问了深海鱼油软胶囊", ["fd-001"]), ("孕妇能吃鱼油吗", "", ["fd-010"]),
@@ -190,3 +194,19 @@ def test_model_judge_provider_is_configurable(tmp_path):
     (tmp_path / "fivedoctors" / "config.json").write_text("{}")
     j = make_judge(s, "zh", cache_dir=str(tmp_path), tenant="fivedoctors")
     assert j.provider == "model" and j.model_dir.endswith("fivedoctors") and j.model.startswith("model:fivedoctors@")
+
+
+def test_judge_training_settings_given_in_part_keep_the_other_defaults():
+    """judge.sft / judge.grpo: a key given changes that key; the judge's other defaults stay (not train.sft's)."""
+    import yaml
+
+    from qrewrite.config import validate_config
+    from qrewrite.judge.train import grpo_hparams, sft_config
+
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text(encoding="utf-8"))
+    full = validate_config(cfg)
+    part = validate_config({**cfg, "judge": {"sft": {"max_steps": 40}, "grpo": {"max_steps": 6}}})
+    assert part["judge"]["sft"] == {**full["judge"]["sft"], "max_steps": 40}
+    assert part["judge"]["grpo"] == {**full["judge"]["grpo"], "max_steps": 6}
+    assert sft_config(part)["train"]["sft"]["num_train_epochs"] == full["judge"]["sft"]["num_train_epochs"] == 1
+    assert grpo_hparams(part)["learning_rate"] == 3.0e-5 and grpo_hparams(part)["max_steps"] == 6
