@@ -220,7 +220,8 @@ def test_pipeline_evaluates_every_candidate_for_both_tenants(run):
         api = doc["candidates"]["api"]
         assert api["kind"] == "openai" and api["latency_s"]["p50"] > 0
         assert set(doc["comparisons"]) == {"rl_vs_sft", "sft_vs_base", "sft_vs_raw", "rl_vs_teacher",
-                                           "sft_vs_teacher", "rl_vs_query_history", "teacher_vs_raw"}
+                                           "sft_vs_teacher", "sft_vs_query_history", "rl_vs_query_history",
+                                           "teacher_vs_raw"}
         assert doc["comparisons"]["rl_vs_sft"]["hit_at_1"]["n"] == 3
     html = (root / REPORT_HTML).read_text(encoding="utf-8")
     check_self_contained(html)
