@@ -107,7 +107,8 @@ def stage_rows() -> list[str]:
 
 
 def render() -> str:
-    facts = [json.loads(p.read_text())["machine"] for p in sorted(RESULTS.glob("*.json"))]
+    # the CPU benches' machines (a device record such as gpu_verl.json names its GPU instead: docs/gpu-check.md)
+    facts = [m for p in sorted(RESULTS.glob("*.json")) if (m := json.loads(p.read_text()).get("machine"))]
     machines = {f"{m['cpu_model']} x{m['cpu_count']}, Python {m['python']}" for m in facts}
     parts = [f"Machine: {', '.join(sorted(machines)) or 'n/a'} (shared with other jobs while measured: compare the "
              "ratios, which are taken within one run, more than the absolute times).", "", *summary_rows()]
