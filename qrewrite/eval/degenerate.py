@@ -23,7 +23,6 @@ figures (``with_fallback``), never inside them.
 from __future__ import annotations
 
 import re
-from collections import Counter
 
 REASONS = ("empty", "loop", "overlong", "unfinished")
 _UNIT = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]|[A-Za-z0-9]+(?:['’-][A-Za-z0-9]+)*")
@@ -35,10 +34,17 @@ def units(text: str) -> list[str]:
     return [u.lower() for u in _UNIT.findall(text or "")]
 
 
+def _looping_run(u: list[str], n: int, times: int) -> list[int] | None:
+    """The unit positions of the first run of `n` units that occurs `times` times in `u`, or None."""
+    at: dict[tuple, list[int]] = {}
+    for i in range(len(u) - n + 1):
+        at.setdefault(tuple(u[i:i + n]), []).append(i)
+    looping = [pos for pos in at.values() if len(pos) >= times]
+    return min(looping, key=lambda pos: pos[0]) if looping else None
+
+
 def has_loop(text: str, n: int = LOOP_N, times: int = LOOP_TIMES) -> bool:
-    u = units(text)
-    grams = Counter(tuple(u[i:i + n]) for i in range(len(u) - n + 1))
-    return any(c >= times for c in grams.values())
+    return _looping_run(units(text), n, times) is not None
 
 
 def degeneracy(rewrite: str, *, source: str, finished: bool | None = None) -> str | None:
@@ -61,15 +67,11 @@ def trim_loop(text: str, n: int = LOOP_N, times: int = LOOP_TIMES) -> str:
     occurs `times` times ("深海鱼软胶囊软胶囊软胶囊…" → "深海鱼软胶囊", "复合维生素B片复合维生素C片复合维生素D片…" →
     "复合维生素B片"). Generation would have stopped there had it checked for a loop as it went; what followed is
     dropped with the loop. Text without a loop comes back unchanged."""
-    spans = [(m.start(), m.group().lower()) for m in _UNIT.finditer(text or "")]
-    grams: dict[tuple, list[int]] = {}
-    for i in range(len(spans) - n + 1):
-        grams.setdefault(tuple(u for _, u in spans[i:i + n]), []).append(i)
-    looping = [at for at in grams.values() if len(at) >= times]
-    if not looping:
+    found = list(_UNIT.finditer(text or ""))
+    run = _looping_run([m.group().lower() for m in found], n, times)
+    if run is None:
         return text
-    first, second = min(looping, key=lambda at: at[0])[:2]
-    return text[:spans[second][0]].rstrip(" ,，、;；:：")
+    return text[:found[run[1]].start()].rstrip(" ,，、;；:：")
 
 
 def source_text(row: dict) -> str:
