@@ -7,6 +7,7 @@ CORES  ?= 2
 
 .PHONY: run run-quick test env test-env bench clean base-wheels
 .PHONY: container-tools containers containers-save test-containers cqr-data cqr rl-check test-tools gpu-kit gpu-rehearsal
+.PHONY: gpu-rehearsal-clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -139,3 +140,9 @@ gpu-kit: $(VENV)/.data-env .venvs/swift/.installed .venvs/verl/.installed .venvs
 gpu-rehearsal: gpu-kit
 	$(MAKE) .venvs/gpu-rehearsal/.installed
 	bash scripts/gpu_verl_check.sh --rehearse .gpu/chunks .gpu/rehearsal
+
+# The rehearsal's venv (the image's CUDA torch stack, ~5.7 GB) and its work dir (the installed kit, ~1.3 GB):
+# nothing in `make test` reads them (the kit tests read .gpu/), so CI frees them before the tests.
+QRW_GPU_REHEARSAL_WORK ?= /tmp/qrw-gpu-rehearsal
+gpu-rehearsal-clean:
+	rm -rf .venvs/gpu-rehearsal $(QRW_GPU_REHEARSAL_WORK)
