@@ -15,6 +15,7 @@ for _s in STAGES.values():
         log: **logs(_s)
         benchmark: f"benchmarks/{where(_s)}{_s.name}.tsv"
         threads: TRAIN_THREADS if _s.threads else 1
+        priority: _s.priority
         resources: mem_mb=_s.mem_mb, runtime=_s.runtime
         wildcard_constraints: **constraints(_s)
         container: container(_s)

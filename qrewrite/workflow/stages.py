@@ -74,6 +74,7 @@ class Stage:
     half: str = "data"              # data | models | eval (`snakemake data`, `models`, all) | deploy (a check)
     dvc: bool = True                # a DVC stage too (the deploy check measures a machine: Snakemake only)
     server_log: bool = False        # also writes the model server's own log next to its log
+    priority: int = 0               # Snakemake's job priority: when cores are short, higher runs first
 
     @property
     def command(self) -> str:
@@ -149,7 +150,10 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           reads=("rl_train", "rl_val", "rl_train_swift", "rl_val_swift", "kb"),
           params=("rl", "reward", "rag", "eval.generation", "eval.bootstrap", "tenant.judge_rubric", "tenant.language", "tenant.system_prompt",
                   "tenant.kb", "tenant.tenant_id"),
-          env="rl", threads=True, mem_mb=32000, runtime=720, launcher="ray", half="models"),
+          # RL heads the longest path left after SFT (RL, then its eval generation): ahead of the SFT model's
+          # eval generation, which can wait. Left to the scheduler, both tenants' RL ran last and make run
+          # took about 2.5 min longer (fresh clone, 2 cores, 2026-11-27).
+          env="rl", threads=True, mem_mb=32000, runtime=720, launcher="ray", half="models", priority=10),
     # --- evaluation and report ---------------------------------------------------------------------------
     Stage("eval_generate", "A local model candidate's rewrites (greedy, the SFT prompt) with per-query latency "
           "and GPU-hour cost.", "eval", per="candidate", candidates="model",
