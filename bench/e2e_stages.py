@@ -48,6 +48,7 @@ def main() -> None:
     ap.add_argument("--all", action="store_true", help="run the default target (every stage) instead of the data half")
     ap.add_argument("--from-run", type=Path, help="read benchmarks/ of a finished run in this folder (runs nothing)")
     ap.add_argument("--wall-s", type=float, help="with --from-run: the run's measured wall time")
+    ap.add_argument("--run-note", help="with --from-run: how the run was measured (fresh clone? idle cores?)")
     args = ap.parse_args()
     if args.from_run:
         table = read_benchmarks(args.from_run)
@@ -56,6 +57,10 @@ def main() -> None:
         result = {"what": "one finished `make run` (embedded defaults, every stage, both tenants), per rule from "
                           "benchmarks/{tenant}/{rule}.tsv", "targets": "default target (all stages)", "repeats": 1,
                   "total_wall_s": args.wall_s, "sum_of_rules_s": round(sum(v["s"] or 0 for v in table.values()), 1),
+                  # the machine record below is taken now, when the files are read, not during the run
+                  "run_finished": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(max(
+                      f.stat().st_mtime for f in (args.from_run / "benchmarks").rglob("*.tsv")))),
+                  "run_note": args.run_note,
                   "per_rule": {k: {**v, "runs": 1} for k, v in table.items()}}
         print(json.dumps(result, indent=1))
         write_result("e2e_stages_full", result)

@@ -178,3 +178,18 @@ def test_auto_threads_share_the_cores_among_the_tenants_and_snakemake_passes_the
     assert len(names) == 2, names
     assert threads("--config", f"only={','.join(names)}", "train={threads: auto}") == {"1"}  # side by side
     assert threads("--config", f"only={names[0]}", "train={threads: auto}") == {"2"}  # one tenant: both cores
+
+
+def test_rl_runs_ahead_of_the_eval_generation_that_can_wait():
+    """The stage table's priority reaches Snakemake: its dry run prints each job's priority when it is not 0."""
+    assert STAGES["rl"].priority > STAGES["eval_generate"].priority
+    out = snakemake("-n", "--forceall", "--cores", "2")
+    blocks = re.split(r"\n(?=(?:local)?rule \w+:)", out)
+    prio = {}
+    for b in blocks:
+        m = re.match(r"(?:local)?rule (\w+):", b)
+        if m:
+            p = re.search(r"^\s+priority: (\d+)$", b, re.M)
+            prio.setdefault(m.group(1), set()).add(int(p.group(1)) if p else 0)
+    assert prio["rl"] == {STAGES["rl"].priority}, prio
+    assert prio["eval_generate"] == {0} and prio["sft"] == {0}, prio
