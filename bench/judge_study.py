@@ -11,12 +11,12 @@ docs/signals.md. Runs nothing: the study itself is `snakemake --cores 2 judge` (
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import yaml
 
 from common import RESULTS, write_result
+from qrewrite.io_utils import read_json
 
 JUDGES = ("base", "sft", "grpo", "rule", "api")
 
@@ -31,7 +31,7 @@ def table() -> str:
     rows = ["| tenant | judge | held-out accuracy | format | held-out AUC | hand-label AUC | student-rewrite AUC "
             "| s / judgement |", "|---|---|---|---|---|---|---|---|"]
     for path in sorted(RESULTS.glob("judge_study_*.json")):
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = read_json(path)
         rep = doc["report"]
         n = {k: f"{v['n']} ({v['good']} good)" for k, v in rep["sets"].items()}
         for name in JUDGES:
@@ -60,9 +60,9 @@ def main() -> None:
             raise SystemExit(f"no reports/*/judge.json under {args.from_run}: run `snakemake judge` there first")
         resolved = yaml.safe_load((args.from_run / "results" / ".config.resolved.yaml").read_text(encoding="utf-8"))
         for rep in reports:
-            doc = json.loads(rep.read_text(encoding="utf-8"))
+            doc = read_json(rep)
             stats = args.from_run / "results" / doc["tenant"] / "stats"
-            extra = {k: json.loads((stats / f"{k}.json").read_text(encoding="utf-8"))
+            extra = {k: read_json(stats / f"{k}.json")
                      for k in ("judge_data", "judge_sft", "judge_grpo") if (stats / f"{k}.json").is_file()}
             out = write_result(f"judge_study_{doc['tenant']}", {
                 "what": "reports/T/judge.json of one `snakemake judge` run, with the judge settings it used",

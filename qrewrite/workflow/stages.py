@@ -151,8 +151,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           params=("rl", "reward", "rag", "eval.generation", "eval.bootstrap", "tenant.judge_rubric", "tenant.language", "tenant.system_prompt",
                   "tenant.kb", "tenant.tenant_id"),
           # RL heads the longest path left after SFT (RL, then its eval generation): ahead of the SFT model's
-          # eval generation, which can wait. Left to the scheduler, both tenants' RL ran last and make run
-          # took about 2.5 min longer (fresh clone, 2 cores, 2026-11-27).
+          # eval generation, which can wait. Left to the scheduler, both tenants' RL ran last: make run took
+          # 30.6 min instead of 27.8 (fresh clone, 2 idle cores, 2026-11-27).
           env="rl", threads=True, mem_mb=32000, runtime=720, launcher="ray", half="models", priority=10),
     # --- evaluation and report ---------------------------------------------------------------------------
     Stage("eval_generate", "A local model candidate's rewrites (greedy, the SFT prompt) with per-query latency "
