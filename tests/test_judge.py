@@ -16,6 +16,7 @@ from qrewrite.judge import data, items as it
 from qrewrite.judge.evaluate import auc, measure
 from qrewrite.judge.prompt import GOOD_AT, messages, read_reply, reply, verdict
 from qrewrite.judge.rewards import format_reward, verdict_reward
+from qrewrite.reward.judge_rules import RuleJudge
 from qrewrite.signals import auc as auc_reference, heldout
 
 REPO = Path(__file__).resolve().parents[1]
@@ -92,6 +93,22 @@ def test_training_files(tmp_path):
     assert grpo and all(r["label"] in ("good", "bad") and len(r["messages"]) == 2 for r in grpo)
     val_q = {json.loads(v["messages"][1]["content"])["query"] for v in val}
     assert not val_q & {json.loads(g["messages"][1]["content"])["query"] for g in grpo}  # GRPO leaves SFT val out
+
+
+def test_grpo_rows_hold_both_verdicts_equally_many():
+    rows = [{"item_id": f"{i:02d}", "query": f"q{i}", "candidate": "c", "profile": "", "history": "",
+             "reference": "r", "label": "good" if i < 7 else "bad", "split": "train"} for i in range(9)]
+    balanced = data._balanced(rows)
+    labels = [r["label"] for r in balanced]
+    assert labels.count("good") == labels.count("bad") == 7
+    assert data._balanced(rows[:7]) == rows[:7]  # one verdict only: nothing to balance
+
+
+def test_rule_rationales_name_what_is_missing_without_the_arithmetic():
+    v = RuleJudge("zh").score("夏天怎么存放", "", "用户刚下单了益生菌", "益生菌软胶囊夏天怎么存放", "益生菌粉夏天怎么存放")
+    assert "(粉)" in v.reason and "(-" in v.reason  # the rule judge names the lost unit, with its penalty
+    short = it.compact_reason(v.reason)
+    assert "(粉)" in short and "(-" not in short and "%" not in short and short.startswith("misses what")
 
 
 def test_rewards():

@@ -170,7 +170,8 @@ def cmd_judge_eval(args) -> None:
         if settings["judge"]["provider"] == "openai":
             judges["api"] = make_tenant_judge(settings, tenant)
             api_cost = _api_cost_per_1k(cfg, args.base, sets)
-        res = evaluate_judges(judges, sets, bkw, gpu_hour_usd=ecfg["gpu_hour_usd"], api_cost_per_1k=api_cost)
+        res = evaluate_judges(judges, sets, bkw, gpu_hour_usd=ecfg["gpu_hour_usd"], api_cost_per_1k=api_cost,
+                              progress=not args.no_progress)
     doc = {"tenant": tenant["name"], "sets": {k: {"n": len(v), "good": sum(r["label"] == "good" for r in v)}
                                                for k, v in sets.items()},
            "judges": res, "bootstrap": ecfg["bootstrap"],
@@ -236,4 +237,5 @@ def register(sub) -> None:
            ("--base", "models/base"), ("--sft", "models/T/judge-sft-merged"), ("--grpo", "models/T/judge"),
            ("--out", "reports/T/judge.json"))
     p.add_argument("--threads", type=int)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar per judge and set")
     p.set_defaults(func=cmd_judge_eval)

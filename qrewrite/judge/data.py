@@ -35,11 +35,25 @@ def sft_rows(items: list[dict]) -> tuple[list[dict], list[dict]]:
     return [_chat(it) for it in train], [_chat(it) for it in val]
 
 
+def _balanced(items: list[dict]) -> list[dict]:
+    """The minority verdict repeated (whole copies first, then a deterministic part by item id) until both
+    verdicts are as many: a GRPO step sees a couple of prompts, and on a set mostly of one verdict the judge is
+    rewarded for saying it always (a GRPO judge of the first study said "good" to every student rewrite)."""
+    good = [it for it in items if it["label"] == "good"]
+    bad = [it for it in items if it["label"] == "bad"]
+    if not good or not bad:
+        return items
+    few, many = sorted((good, bad), key=len)
+    extra = few * (len(many) // len(few) - 1) + sorted(few, key=lambda it: it["item_id"])[:len(many) % len(few)]
+    return items + extra
+
+
 def grpo_rows(items: list[dict]) -> list[dict]:
-    """Prompt rows of the SFT train questions (the SFT validation questions stay out); `label` and `item_id`
-    reach the reward functions as columns (qrewrite.judge.swift_rewards)."""
+    """Prompt rows of the SFT train questions (the SFT validation questions stay out), both verdicts equally
+    many (`_balanced`); `label` and `item_id` reach the reward functions as columns
+    (qrewrite.judge.swift_rewards)."""
     train, _ = _sft_split(items)
-    return [{"messages": messages(it), "label": it["label"], "item_id": it["item_id"]} for it in train]
+    return [{"messages": messages(it), "label": it["label"], "item_id": it["item_id"]} for it in _balanced(train)]
 
 
 def write(items: list[dict], out: dict[str, str]) -> dict:

@@ -24,6 +24,7 @@ import time
 
 import numpy as np
 
+from ..tasks import gather_with_progress
 from .prompt import verdict
 
 SETS = ("heldout", "hand", "student")
@@ -66,12 +67,17 @@ def with_ci(values: list[float], labels: list[str], *, samples: int, seed: int, 
             "ci_high": None if hi is None else round(float(hi), 4), "n": len(s), "n_good": int(g.sum())}
 
 
-async def judge_all(judge, rows: list[dict]) -> tuple[list[float | None], float]:
-    """Scores (None: failed) of `rows` ({query, profile, history, reference, candidate}) and the wall time."""
+async def judge_all(judge, rows: list[dict], *, desc: str = "judge", progress: bool = True
+                    ) -> tuple[list[float | None], float]:
+    """Scores (None: failed) of `rows` ({query, profile, history, reference, candidate}) and the wall time, with a
+    progress bar (a local judge takes seconds per item on a CPU: a set is minutes)."""
+    async def one(i: int, r: dict):
+        return i, await judge.judge(r["query"], r.get("profile") or "", r.get("history") or "", r["candidate"],
+                                    r.get("reference"))
+
     t0 = time.perf_counter()
-    verdicts = await asyncio.gather(*(judge.judge(r["query"], r.get("profile") or "", r.get("history") or "",
-                                                  r["candidate"], r.get("reference")) for r in rows))
-    return [v.score for v in verdicts], time.perf_counter() - t0
+    done = await gather_with_progress((one(i, r) for i, r in enumerate(rows)), desc=desc, progress=progress)
+    return [v.score for _, v in sorted(done, key=lambda x: x[0])], time.perf_counter() - t0
 
 
 def measure(scores: list[float | None], rows: list[dict], bkw: dict, *, accuracy: bool) -> dict:
@@ -89,7 +95,7 @@ def measure(scores: list[float | None], rows: list[dict], bkw: dict, *, accuracy
 
 
 def evaluate_judges(judges: dict, sets: dict[str, list[dict]], bkw: dict, *, gpu_hour_usd: float,
-                    api_cost_per_1k: float | None) -> dict:
+                    api_cost_per_1k: float | None, progress: bool = True) -> dict:
     """{judge name: {set: metrics, seconds_per_judgement, cost_per_1k_usd}} for `judges` = {name: judge}."""
     out = {}
     for name, judge in judges.items():
@@ -97,7 +103,8 @@ def evaluate_judges(judges: dict, sets: dict[str, list[dict]], bkw: dict, *, gpu
         for set_name, rows in sets.items():
             if not rows:
                 continue
-            scores, secs = asyncio.run(judge_all(judge, rows))
+            scores, secs = asyncio.run(judge_all(judge, rows, desc=f"{name} judge, {set_name} set",
+                                                 progress=progress))
             res[set_name] = measure(scores, rows, bkw, accuracy=set_name == "heldout")
             n, wall = n + len(rows), wall + secs
         local = name != "api"

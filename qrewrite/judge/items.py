@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 
 from ..data.red_team import check_rewrite, passed
 from ..metrics import gold_ranking
@@ -87,13 +88,24 @@ def red_team_items(rows: list[dict], rewrites: dict[str, dict[str, str]]) -> lis
     return out
 
 
+_PENALTY = re.compile(r" \(-\d+(?:\.\d+)?\)")
+_SHARE = re.compile(r"\b\d+% of ")
+
+
+def compact_reason(reason: str) -> str:
+    """A rule reason as the distilled judge's target: without the penalties ("(-1.5)") and shares ("33% of "),
+    which are arithmetic over the tenant's KB weights that the judge never sees; the named units stay (copied from
+    its input), and the score says how much they cost. Shorter replies also cost fewer tokens per judgement."""
+    return _SHARE.sub("", _PENALTY.sub("", reason)).strip()
+
+
 async def rationales(items: list[dict], judge, *, llm_labels: bool) -> None:
     """Each item gets `reason` and `score` from `judge` (rule or the strong API judge). With `llm_labels` the
     judge's verdict is the label (score >= GOOD_AT good); otherwise the verified label stays."""
     verdicts = await asyncio.gather(*(judge.judge(it["query"], it["profile"], it["history"], it["candidate"],
                                                   it["reference"]) for it in items))
     for it, v in zip(items, verdicts):
-        it["reason"] = v.reason
+        it["reason"] = v.reason if llm_labels else compact_reason(v.reason)
         it["rationale_source"] = "llm" if llm_labels else "rule"
         if llm_labels:
             if v.score is None:

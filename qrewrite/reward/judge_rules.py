@@ -226,7 +226,11 @@ class RuleJudge:
                 missing = 1.0 - _share(x, units, w)
                 penalty = most * missing * min(1.0, floor + w.mass(units))
                 if penalty > 0.1:
-                    issues.append((what.format(missing), round(penalty, 4)))
+                    # name the heaviest missing units, as "adds what nobody said" names its own: an auditor sees
+                    # what was lost, and the distilled judge learns a reason it can copy from its input
+                    lost = sorted(units - x, key=lambda u: (-w(u), u))[:3]
+                    named = f" ({', '.join(lost)})" if lost else ""
+                    issues.append((what.format(missing) + named, round(penalty, 4)))
         ref_text = normalize(reference)
         # a typo, a pronoun, the history's other product: the reference left it out (a unit inside one of the
         # reference's words, "好" in "最好", is a segmentation difference, not a leftover)
