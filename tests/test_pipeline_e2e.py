@@ -305,6 +305,7 @@ def test_distilled_judge_chain_and_rl_judged_by_it(run):
         assert 0 <= r["heldout"]["accuracy"]["value"] <= 1 and r["cost_per_1k_usd"] >= 0, name
     # 1,000 judgements of prompts of at least 100 tokens at $1 per 1M input tokens, + 40 reply tokens at $4
     assert doc["judges"]["api"]["cost_per_1k_usd"] > (100 * 1.0 + 40 * 4.0) / 1e6 * 1000
+    assert doc["api_judge_price"]["usd_per_1k"] == doc["judges"]["api"]["cost_per_1k_usd"]
     assert doc["sets"]["heldout"]["n"] <= 6
     # RL with the distilled judge as the reward's judge (every rollout judged)
     cfg["reward"] = {**cfg["reward"], "judge": {**cfg["reward"]["judge"], "provider": "model", "sample_share": 1.0}}

@@ -166,15 +166,20 @@ def cmd_judge_eval(args) -> None:
                                      batch_size=cfg["reward"]["judge"]["model"]["batch_size"], threads=args.threads)
         judges = {"base": mk(args.base), "sft": mk(args.sft), "grpo": mk(args.grpo),
                   "rule": make_tenant_judge({**settings, "judge": {**settings["judge"], "provider": "rule"}}, tenant)}
+        # the configured API judge's list price, whether or not it judges here: what a local judge saves
+        api_price = _api_cost_per_1k(cfg, args.base, sets)
         api_cost = None
         if settings["judge"]["provider"] == "openai":
             judges["api"] = make_tenant_judge(settings, tenant)
-            api_cost = _api_cost_per_1k(cfg, args.base, sets)
+            api_cost = api_price
         res = evaluate_judges(judges, sets, bkw, gpu_hour_usd=ecfg["gpu_hour_usd"], api_cost_per_1k=api_cost,
                               progress=not args.no_progress)
     doc = {"tenant": tenant["name"], "sets": {k: {"n": len(v), "good": sum(r["label"] == "good" for r in v)}
                                                for k, v in sets.items()},
            "judges": res, "bootstrap": ecfg["bootstrap"],
+           "api_judge_price": {"model": cfg["reward"]["judge"]["openai"]["model"], "usd_per_1k": api_price,
+                               "note": "list price of these sets' prompts and a 40-token reply, tokens counted with "
+                                       "the base model's tokenizer: an estimate; null when no price is configured"},
            "note": "AUC: P(a good candidate outscores a bad one), ties one half, a failed judgement the lowest score"}
     write_json(args.out, doc)
     for name, r in res.items():
