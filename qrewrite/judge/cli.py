@@ -54,7 +54,8 @@ def cmd_judge_data(args) -> None:
                  and normalize(q["query"]) not in test_questions]
     train_ids = sorted(train_ids, key=lambda i: it.item_id(i, "student"))[:jcfg["max_questions"]]
     samples = data.sample_rewrites(args.student, tenant, [{"query_id": i, **context[i]} for i in train_ids],
-                                   n=jcfg["student_samples"], threads=args.threads) if jcfg["student_samples"] else []
+                                   n=jcfg["student_samples"], threads=args.threads, progress=not args.no_progress) \
+        if jcfg["student_samples"] else []
     rewrites = _rewrites(args.rewrites)
     student_own = [{"query_id": i, "rewrite": rewrites.get("sft", {}).get(i, "")} for i in test_ids]
     settings = reward_settings(cfg)
@@ -221,6 +222,7 @@ def register(sub) -> None:
     p.add_argument("--rewrites", nargs="+", required=True, help="results/T/eval/<candidate>.jsonl: red-team outputs "
                    "and the student's test rewrites")
     p.add_argument("--threads", type=int)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar while the student samples")
     p.set_defaults(func=cmd_judge_data)
 
     p = sub.add_parser("judge-sft", help="LoRA SFT of the judge on reason + score, merged")

@@ -67,7 +67,7 @@ def write(items: list[dict], out: dict[str, str]) -> dict:
 
 
 def sample_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, n: int, threads: int | None,
-                    seed: int = 0, max_new_tokens: int = 40, batch_size: int = 8) -> list[dict]:
+                    seed: int = 0, max_new_tokens: int = 40, batch_size: int = 8, progress: bool = True) -> list[dict]:
     """`n` sampled rewrites (temperature 1) of each row by a local model: the student's own kinds of mistakes,
     for the judge to learn; [{query_id, rewrite}]."""
     import torch
@@ -83,9 +83,12 @@ def sample_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, n: int, t
     tok.padding_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
+    from tqdm import tqdm
+
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     out = []
-    for i in range(0, len(rows), batch_size):
+    for i in tqdm(range(0, len(rows), batch_size), desc=f"student samples ({n} a question)", unit="batch",
+                  disable=not progress, mininterval=0.5):
         batch = rows[i:i + batch_size]
         prompts = [tok.apply_chat_template(rewrite_messages(tenant, r), add_generation_prompt=True, tokenize=False)
                    for r in batch]
