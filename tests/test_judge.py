@@ -227,3 +227,5 @@ def test_judge_training_settings_given_in_part_keep_the_other_defaults():
     assert part["judge"]["grpo"] == {**full["judge"]["grpo"], "max_steps": 6}
     assert sft_config(part)["train"]["sft"]["num_train_epochs"] == full["judge"]["sft"]["num_train_epochs"] == 1
     assert grpo_hparams(part)["learning_rate"] == 3.0e-5 and grpo_hparams(part)["max_steps"] == 6
+    hp = grpo_hparams(part)  # a step's 16 completions (2 prompts x 8) in micro-batches of 8: half the peak memory
+    assert hp["per_device_train_batch_size"] * hp["gradient_accumulation_steps"] == 16 == 2 * hp["num_generations"]

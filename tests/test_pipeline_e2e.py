@@ -277,7 +277,8 @@ def test_snakemake_report_includes_the_eval_outputs(run, tmp_path):
 JUDGE_TINY = {"student_samples": 1, "max_questions": 6, "eval_max_items": 6,
               "sft": {"max_steps": 2, "evals_per_epoch": 100, "max_length": 512, "per_device_train_batch_size": 4},
               "grpo": {"max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 4,
-                       "max_completion_length": 24, "max_length": 512, "save_steps": 1}}
+                       "gradient_accumulation_steps": 1, "max_completion_length": 24, "max_length": 512,
+                       "save_steps": 1}}
 
 
 @pytest.mark.slow
