@@ -169,12 +169,10 @@ def cmd_judge_eval(args) -> None:
                   "rule": make_tenant_judge({**settings, "judge": {**settings["judge"], "provider": "rule"}}, tenant)}
         # the configured API judge's list price, whether or not it judges here: what a local judge saves
         api_price = _api_cost_per_1k(cfg, args.base, sets)
-        api_cost = None
         if settings["judge"]["provider"] == "openai":
             judges["api"] = make_tenant_judge(settings, tenant)
-            api_cost = api_price
-        res = evaluate_judges(judges, sets, bkw, gpu_hour_usd=ecfg["gpu_hour_usd"], api_cost_per_1k=api_cost,
-                              progress=not args.no_progress)
+        res = evaluate_judges(judges, sets, bkw, gpu_hour_usd=ecfg["gpu_hour_usd"],
+                              api_cost_per_1k=api_price if "api" in judges else None, progress=not args.no_progress)
     doc = {"tenant": tenant["name"], "sets": {k: {"n": len(v), "good": sum(r["label"] == "good" for r in v)}
                                                for k, v in sets.items()},
            "judges": res, "bootstrap": ecfg["bootstrap"],

@@ -71,6 +71,7 @@ def sample_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, n: int, t
     """`n` sampled rewrites (temperature 1) of each row by a local model: the student's own kinds of mistakes,
     for the judge to learn; [{query_id, rewrite}]."""
     import torch
+    from tqdm import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ..eval.generate import clean_completion
@@ -83,8 +84,6 @@ def sample_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, n: int, t
     tok.padding_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    from tqdm import tqdm
-
     model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     out = []
     for i in tqdm(range(0, len(rows), batch_size), desc=f"student samples ({n} a question)", unit="batch",
