@@ -227,6 +227,9 @@ def test_judge_training_settings_given_in_part_keep_the_other_defaults():
     assert part["judge"]["grpo"] == {**full["judge"]["grpo"], "max_steps": 6}
     assert sft_config(part)["train"]["sft"]["num_train_epochs"] == full["judge"]["sft"]["num_train_epochs"] == 2
     assert full["judge"]["sft"]["max_steps"] is None  # the epochs decide the judge's length, not train.sft's cap
+    capped = validate_config({**cfg, "train": {**cfg.get("train", {}),
+                                               "sft": {**cfg.get("train", {}).get("sft", {}), "max_steps": 3}}})
+    assert sft_config(capped)["train"]["sft"]["max_steps"] is None
     assert grpo_hparams(part)["learning_rate"] == 3.0e-5 and grpo_hparams(part)["max_steps"] == 6
     hp = grpo_hparams(part)  # a step's 16 completions (2 prompts x 8) in micro-batches of 8: half the peak memory
     assert hp["per_device_train_batch_size"] * hp["gradient_accumulation_steps"] == 16 == 2 * hp["num_generations"]
