@@ -184,11 +184,14 @@ def _check_dir(tmp_path: Path, *, resumed: int | None, steps_b: list[int]) -> Pa
     for d in ("logs", "status", "stats", "models/ppo", "models/grpo"):
         (w / d).mkdir(parents=True, exist_ok=True)
     line = lambda s: f"[ 10.0] (TaskRunnerV1 pid=1) step:{s} - timing_s/gen:1.0 - critic/score/mean:-0.5"  # noqa: E731
-    (w / "logs/ppo_a.log").write_text("\n".join(line(s) for s in (1, 2)) + "\n")
+    # verl's validation before training (val_before_train), logged under the step it starts from: the H200's format
+    val = lambda s: (f"[  5.0] (TaskRunnerV1 pid=1) step:{s} - val-core/fivedoctors/reward/mean@1:"  # noqa: E731
+                     "np.float64(-0.8444883538329083) - val-aux/fivedoctors/score/mean@1:np.float64(-0.8444)")
+    (w / "logs/ppo_a.log").write_text("\n".join([val(0)] + [line(s) for s in (1, 2)]) + "\n")
     (w / "logs/ppo_b.log").write_text("[  1.0] + python -m verl.trainer.main_ppo a=b trainer.resume_mode=resume_path "
                                       "trainer.resume_from_path=/tmp/qrw-gpu/runs/ppo/global_step_2\n"
-                                      + "\n".join(line(s) for s in steps_b) + "\n")
-    (w / "logs/grpo.log").write_text("\n".join(line(s) for s in (1, 2, 3, 4)) + "\n")
+                                      + "\n".join([val(steps_b[0] - 1)] + [line(s) for s in steps_b]) + "\n")
+    (w / "logs/grpo.log").write_text("\n".join([val(0)] + [line(s) for s in (1, 2, 3, 4)]) + "\n")
     for name, st in {"ppo_a": {"rc": None, "step_at_kill": 2, "killed": "after complete global_step_2"},
                      "ppo_b": {"rc": 0, "step_at_kill": None, "killed": None},
                      "grpo": {"rc": 0, "step_at_kill": None, "killed": None}}.items():
@@ -205,7 +208,9 @@ def test_collect_passes_a_complete_check_and_fails_a_resume_that_started_over(tm
     s = collect.collect(good, tmp_path / "a" / "out")
     checks = collect.verdict(s, good, rehearsal=False)
     assert all(ok for _, ok, _ in checks), [c for c in checks if not c[1]]
-    assert [r["step"] for r in s["steps"]["grpo"]] == [1, 2, 3, 4]
+    assert [r["step"] for r in s["steps"]["grpo"]] == [1, 2, 3, 4]  # the validation line is not a step
+    assert s["validation"]["grpo"] == [{"step": 0, "t_s": 5.0, "val-core/fivedoctors/reward/mean@1": -0.8445}]
+    assert [v["step"] for v in s["validation"]["ppo_b"]] == [2]
     bad = _check_dir(tmp_path / "b", resumed=None, steps_b=[1, 2, 3, 4])
     failed = {c for c, ok, _ in collect.verdict(collect.collect(bad, tmp_path / "b" / "out"), bad, rehearsal=False)
               if not ok}

@@ -3,7 +3,8 @@ the logs and a tarball of the stats, lineage and run folders (at most 8 files co
 
 Per-step figures are verl's own console metrics (``step:N - timing_s/gen:... - critic/score/mean:...``): timing_s/gen
 (rollout generation), timing_s/reward, timing_s/update_actor, timing_s/update_critic (PPO), timing_s/step, the
-reward (critic/score/mean) and perf/max_memory_allocated_gb.
+reward (critic/score/mean) and the actor's and critic's perf/max_memory_allocated_gb. verl's validation lines
+(``step:0 - val-core/...``, before training and on resume) are kept apart: they are not training steps.
 """
 
 from __future__ import annotations
@@ -23,30 +24,70 @@ ERROR = re.compile(r"\b([A-Za-z_.]*(?:Error|Exception)|error)\b[:(]")
 KEYS = ("timing_s/gen", "timing_s/reward", "timing_s/old_log_prob", "timing_s/ref", "timing_s/values",
         "timing_s/adv", "timing_s/update_critic", "timing_s/update_actor", "timing_s/update_weights",
         "timing_s/save_checkpoint", "timing_s/step", "critic/score/mean", "critic/rewards/mean",
-        "critic/vf_loss", "actor/pg_loss", "actor/kl_loss", "response_length/mean",
-        "perf/max_memory_allocated_gb", "perf/max_memory_reserved_gb", "perf/throughput")
+        "critic/score/min", "critic/score/max", "critic/vf_loss", "actor/pg_loss", "actor/kl_loss",
+        "actor/grad_norm", "actor/entropy", "response_length/mean",
+        # the rollout engine's log-probs against the actor's: near 0 once the weight sync reached vLLM
+        "training/rollout_probs_diff_max",
+        "critic/grad_norm", "actor/perf/max_memory_allocated_gb", "actor/perf/max_memory_reserved_gb",
+        "critic/perf/max_memory_allocated_gb", "perf/throughput")  # verl 0.9.1's names (H200 logs, 2026-11-27)
 
 
-def step_metrics(log: Path) -> list[dict]:
-    """verl's per-step console lines, the KEYS of each (in step order; a resumed run's own steps only)."""
-    rows = {}
+NUMBER = re.compile(r"^(?:np\.float\d+\()?\s*(-?[\d.]+(?:e[-+]?\d+)?)\)?$")
+
+
+def _log_lines(log: Path) -> list[tuple[int, float | None, dict[str, str]]]:
+    """(step, console seconds, {metric: raw value}) of each of verl's ``step:N - k:v - ...`` lines."""
+    out = []
     if not log.is_file():
-        return []
+        return out
     for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
         m = STEP.search(line)
         if not m:
             continue
-        vals = {}
+        kv = {}
         for part in m.group(2).split(" - "):
             k, _, v = part.partition(":")
-            if k.strip() in KEYS:
-                try:
-                    vals[k.strip()] = round(float(v), 4)
-                except ValueError:
-                    pass
+            kv[k.strip()] = v.strip()
         t = re.match(r"\[\s*([\d.]+)\]", line)
-        rows[int(m.group(1))] = {"step": int(m.group(1)), "t_s": float(t.group(1)) if t else None, **vals}
+        out.append((int(m.group(1)), float(t.group(1)) if t else None, kv))
+    return out
+
+
+def _number(v: str) -> float | None:
+    m = NUMBER.match(v)  # verl prints validation means as np.float64(-0.84)
+    if not m:
+        return None
+    x = float(m.group(1))
+    return round(x, 4) if abs(x) >= 1e-3 else float(f"{x:.3g}")  # keep a 2e-08 log-prob difference visible
+
+
+def _is_validation(kv: dict) -> bool:
+    # verl logs validation before training (and on resume) as a line of its own, under the step it starts from:
+    # `step:0 - val-core/...`; it is not a training step
+    return bool(kv) and all(k.startswith("val-") for k in kv)
+
+
+def step_metrics(log: Path) -> list[dict]:
+    """verl's training steps from its console lines, the KEYS of each (in step order; a resumed run's own steps
+    only); validation-only lines are left to validation_metrics."""
+    rows = {}
+    for step, t_s, kv in _log_lines(log):
+        if _is_validation(kv):
+            continue
+        vals = {k: x for k, v in kv.items() if k in KEYS and (x := _number(v)) is not None}
+        rows.setdefault(step, {"step": step, "t_s": t_s}).update(vals)
     return [rows[k] for k in sorted(rows)]
+
+
+def validation_metrics(log: Path) -> list[dict]:
+    """verl's validation lines: the step it ran at and the validation reward (val-core/<source>/reward/mean@N)."""
+    out = []
+    for step, t_s, kv in _log_lines(log):
+        if _is_validation(kv):
+            rew = {k: x for k, v in kv.items() if k.startswith("val-core/") and "/reward/mean@" in k
+                   and (x := _number(v)) is not None}
+            out.append({"step": step, "t_s": t_s, **rew})
+    return out
 
 
 def first_error(lines: list[str]) -> str | None:
@@ -103,6 +144,7 @@ def collect(work: Path, out: Path) -> dict:
         if (work / "timeline.jsonl").is_file() else [],
         "phases": phases,
         "steps": {name: step_metrics(logs / f"{name}.log") for name in phases},
+        "validation": {name: validation_metrics(logs / f"{name}.log") for name in phases},
         "resume": {
             "killed_after_step": (phases.get("ppo_a") or {}).get("step_at_kill"),
             "resume_lines": grep(logs / "ppo_b.log", r"trainer\.resume_from_path=|[Rr]esum(e|ing) from|Load from checkpoint")[:6],
