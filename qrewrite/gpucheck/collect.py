@@ -25,14 +25,14 @@ KEYS = ("timing_s/gen", "timing_s/reward", "timing_s/old_log_prob", "timing_s/re
         "timing_s/adv", "timing_s/update_critic", "timing_s/update_actor", "timing_s/update_weights",
         "timing_s/save_checkpoint", "timing_s/step", "critic/score/mean", "critic/rewards/mean",
         "critic/score/min", "critic/score/max", "critic/vf_loss", "actor/pg_loss", "actor/kl_loss",
-        "actor/grad_norm", "actor/entropy", "response_length/mean",
+        "actor/grad_norm", "critic/grad_norm", "actor/entropy", "response_length/mean",
+        "actor/perf/max_memory_allocated_gb", "actor/perf/max_memory_reserved_gb",
+        "critic/perf/max_memory_allocated_gb", "perf/throughput",  # verl 0.9.1's names (H200 logs, 2026-11-27)
         # the rollout engine's log-probs against the actor's: near 0 once the weight sync reached vLLM
-        "training/rollout_probs_diff_max",
-        "critic/grad_norm", "actor/perf/max_memory_allocated_gb", "actor/perf/max_memory_reserved_gb",
-        "critic/perf/max_memory_allocated_gb", "perf/throughput")  # verl 0.9.1's names (H200 logs, 2026-11-27)
+        "training/rollout_probs_diff_max")
 
 
-NUMBER = re.compile(r"^(?:np\.float\d+\()?\s*(-?[\d.]+(?:e[-+]?\d+)?)\)?$")
+NUMBER = re.compile(r"^(?:np\.float\d+\()?\s*(-?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?)\)?$")
 
 
 def _log_lines(log: Path) -> list[tuple[int, float | None, dict[str, str]]]:
@@ -143,13 +143,13 @@ def collect(work: Path, out: Path) -> dict:
         "timeline": [json.loads(ln) for ln in (work / "timeline.jsonl").read_text().splitlines()]
         if (work / "timeline.jsonl").is_file() else [],
         "phases": phases,
-        "steps": {name: step_metrics(logs / f"{name}.log") for name in phases},
+        "steps": (steps := {name: step_metrics(logs / f"{name}.log") for name in phases}),
         "validation": {name: validation_metrics(logs / f"{name}.log") for name in phases},
         "resume": {
             "killed_after_step": (phases.get("ppo_a") or {}).get("step_at_kill"),
             "resume_lines": grep(logs / "ppo_b.log", r"trainer\.resume_from_path=|[Rr]esum(e|ing) from|Load from checkpoint")[:6],
             "resumed_from_step": _stat(work, "ppo", "resumed_from_step"),
-            "steps_after_resume": [r["step"] for r in step_metrics(logs / "ppo_b.log")],
+            "steps_after_resume": [r["step"] for r in steps.get("ppo_b", [])],
         },
         "critic_built": grep(logs / "ppo_a.log", r"critic model engine initialized")[:1],
         "models": {n: model_record(work / "models" / n) for n in ("ppo", "grpo")},
