@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 from qrewrite.judge import data, items as it
-from qrewrite.judge.evaluate import auc, measure
+from qrewrite.judge.evaluate import auc, evaluate_judges, measure, paired_delta, with_ci
 from qrewrite.judge.prompt import GOOD_AT, messages, read_reply, reply, verdict
 from qrewrite.judge.rewards import format_reward, verdict_reward
 from qrewrite.reward.judge_rules import RuleJudge
+from qrewrite.reward.verdict import Verdict
 from qrewrite.signals import auc as auc_reference, heldout
 
 REPO = Path(__file__).resolve().parents[1]
@@ -130,6 +131,47 @@ def test_measures():
     assert m["accuracy"]["value"] == pytest.approx(5 / 8) and m["format_valid"] == pytest.approx(7 / 8)
     assert m["verdicts"] == {"good": 4, "bad": 3, "failed": 1}
     assert m["auc"]["ci_low"] <= m["auc"]["value"] <= m["auc"]["ci_high"]
+
+
+def test_paired_difference_against_the_rule_judge():
+    bkw = dict(samples=400, seed=0, confidence=0.95)
+    rng = np.random.default_rng(1)
+    labels = ["good" if x else "bad" for x in rng.random(80) < 0.6]
+    g = np.array([x == "good" for x in labels])
+    a = list(g * 1.0 + rng.normal(0, 0.8, 80))
+    same = paired_delta(a, a, labels, **bkw)
+    assert (same["value"], same["ci_low"], same["ci_high"], same["share_at_least"]) == (0, 0, 0, 1)
+    # b: a with a little noise. Both AUCs move together over resamples, so the paired interval is far narrower
+    # than either judge's own interval, and it holds the point difference
+    b = list(np.array(a) + rng.normal(0, 0.2, 80))
+    d = paired_delta(a, b, labels, **bkw)
+    assert d["value"] == pytest.approx(auc(np.array(a), g) - auc(np.array(b), g), abs=1e-4)
+    assert d["ci_low"] <= d["value"] <= d["ci_high"]
+    own = with_ci(b, labels, stat="auc", **bkw)
+    assert d["ci_high"] - d["ci_low"] < (own["ci_high"] - own["ci_low"]) / 2
+    perfect = paired_delta(list(g * 1.0), a, labels, **bkw)
+    assert perfect["value"] > 0 and perfect["ci_low"] > 0 and perfect["share_at_least"] == 1
+    assert paired_delta(a, b, ["good"] * 80, **bkw)["value"] is None  # no bad candidate: no AUC, no difference
+
+
+def test_judges_are_compared_with_the_rule_judge_on_the_same_candidates():
+    class Scripted:  # a test fake: replies the score it was given for the candidate, None for a failed reply
+        def __init__(self, by_candidate):
+            self.by_candidate = by_candidate
+
+        async def judge(self, query, profile, history, rewrite, reference=None):
+            return Verdict(self.by_candidate[rewrite], "scripted", False)
+
+    rows = [{"query": "q", "candidate": c, "label": lab} for c, lab in
+            [("a", "good"), ("b", "good"), ("c", "bad"), ("d", "bad"), ("e", "good")]]
+    judges = {"sft": Scripted({"a": 5, "b": 4, "c": 1, "d": None, "e": 3}),
+              "rule": Scripted({"a": 5, "b": 1, "c": 4, "d": 2, "e": 3})}
+    res = evaluate_judges(judges, {"student": rows}, dict(samples=50, seed=0, confidence=0.95), gpu_hour_usd=1.0,
+                          api_cost_per_1k=None, progress=False)
+    assert res["sft"]["student"]["auc"]["value"] == 1.0  # the failed reply scores lowest: still below every good
+    assert res["rule"]["student"]["auc"]["value"] == pytest.approx(3 / 6)
+    assert res["sft"]["student"]["auc_minus_rule"]["value"] == pytest.approx(1 - 3 / 6, abs=1e-4)
+    assert "auc_minus_rule" not in res["rule"]["student"]
 
 
 TEACH = """

@@ -12,7 +12,9 @@ judge trained on:
   the AUC the RL reward needs.
 
 AUC: P(a good candidate outscores a bad one), ties one half, a failed judgement the lowest score; 95 % intervals by
-bootstrap over the candidates. Cost per 1,000 judgements: the local judges' CPU time at eval.gpu_hour_usd; the API
+bootstrap over the candidates. Each judge's AUC minus the rule judge's on the same candidates (``auc_minus_rule``)
+has a paired interval (both resampled on the same candidates, so the variation they share cancels): the issue's
+bar is that comparison. Cost per 1,000 judgements: the local judges' CPU time at eval.gpu_hour_usd; the API
 judge's list price for its prompt and a 40-token reply (tokens counted with the base model's tokenizer: an
 estimate, said so).
 """
@@ -67,6 +69,24 @@ def with_ci(values: list[float], labels: list[str], *, samples: int, seed: int, 
             "ci_high": None if hi is None else round(float(hi), 4), "n": len(s), "n_good": int(g.sum())}
 
 
+def paired_delta(a: list[float], b: list[float], labels: list[str], *, samples: int, seed: int,
+                 confidence: float) -> dict:
+    """AUC(a) - AUC(b) of two judges' scores of the same candidates, with a bootstrap interval that resamples the
+    candidates once for both (paired: much narrower than two separate intervals), and the share of resamples where
+    a is at least b."""
+    sa, sb, g = np.asarray(a, float), np.asarray(b, float), np.asarray([lab == "good" for lab in labels])
+    d = lambda i: (None if (x := auc(sa[i], g[i])) is None or (y := auc(sb[i], g[i])) is None  # noqa: E731
+                   else x - y)
+    point = d(np.arange(len(g)))
+    rng = np.random.default_rng(seed)
+    boots = np.array([v for _ in range(samples) if (v := d(rng.integers(0, len(g), len(g)))) is not None])
+    if point is None or not len(boots):
+        return {"value": None, "ci_low": None, "ci_high": None, "share_at_least": None, "n": len(g)}
+    lo, hi = np.quantile(boots, [(1 - confidence) / 2, (1 + confidence) / 2])
+    return {"value": round(point, 4), "ci_low": round(float(lo), 4), "ci_high": round(float(hi), 4),
+            "share_at_least": round(float(np.mean(boots >= 0)), 4), "n": len(g)}
+
+
 async def judge_all(judge, rows: list[dict], *, desc: str = "judge", progress: bool = True
                     ) -> tuple[list[float | None], float]:
     """Scores (None: failed) of `rows` ({query, profile, history, reference, candidate}) and the wall time, with a
@@ -96,8 +116,10 @@ def measure(scores: list[float | None], rows: list[dict], bkw: dict, *, accuracy
 
 def evaluate_judges(judges: dict, sets: dict[str, list[dict]], bkw: dict, *, gpu_hour_usd: float,
                     api_cost_per_1k: float | None, progress: bool = True) -> dict:
-    """{judge name: {set: metrics, seconds_per_judgement, cost_per_1k_usd}} for `judges` = {name: judge}."""
-    out = {}
+    """{judge name: {set: metrics, seconds_per_judgement, cost_per_1k_usd}} for `judges` = {name: judge}. Beside the
+    rule judge, each other judge's sets also carry ``auc_minus_rule`` (paired_delta): the issue's bar compares them
+    on the same candidates."""
+    out, scored = {}, {}
     for name, judge in judges.items():
         res, n, wall = {}, 0, 0.0
         for set_name, rows in sets.items():
@@ -106,6 +128,7 @@ def evaluate_judges(judges: dict, sets: dict[str, list[dict]], bkw: dict, *, gpu
             scores, secs = asyncio.run(judge_all(judge, rows, desc=f"{name} judge, {set_name} set",
                                                  progress=progress))
             res[set_name] = measure(scores, rows, bkw, accuracy=set_name == "heldout")
+            scored[name, set_name] = [v if v is not None else 0.0 for v in scores]
             n, wall = n + len(rows), wall + secs
         local = name != "api"
         per = wall / n if n else None
@@ -114,4 +137,8 @@ def evaluate_judges(judges: dict, sets: dict[str, list[dict]], bkw: dict, *, gpu
                                   else api_cost_per_1k)
         res["stats"] = judge.stats() if hasattr(judge, "stats") else {}
         out[name] = res
+    for (name, set_name), scores in scored.items():
+        if name != "rule" and ("rule", set_name) in scored:
+            out[name][set_name]["auc_minus_rule"] = paired_delta(
+                scores, scored["rule", set_name], [r["label"] for r in sets[set_name]], **bkw)
     return out
