@@ -55,36 +55,55 @@ def auc(scores: np.ndarray, good: np.ndarray) -> float | None:
     return float((r[good].sum() - n_good * (n_good + 1) / 2) / (n_good * n_bad))
 
 
+def _bootstrap(stat, n: int, *, samples: int, seed: int, confidence: float):
+    """stat(indices) on all n candidates, its interval over `samples` resamples of them (a resample where it is
+    undefined, None, is dropped), and the resampled values: (point, low, high, values)."""
+    point = stat(np.arange(n))
+    rng = np.random.default_rng(seed)
+    boots = np.array([v for _ in range(samples) if (v := stat(rng.integers(0, n, n))) is not None])
+    lo, hi = (np.quantile(boots, [(1 - confidence) / 2, (1 + confidence) / 2]) if len(boots) else (None, None))
+    return point, lo, hi, boots
+
+
+def _rounded(x) -> float | None:
+    return None if x is None else round(float(x), 4)
+
+
 def with_ci(values: list[float], labels: list[str], *, samples: int, seed: int, confidence: float,
             stat: str) -> dict:
     """The statistic with a bootstrap interval over the candidates: 'auc' of the scores `values`, or 'accuracy',
     the mean of `values` (1 for a right verdict, 0 for a wrong or failed one)."""
     s, g = np.asarray(values, float), np.asarray([lab == "good" for lab in labels])
-    f = (lambda s_, g_: auc(s_, g_)) if stat == "auc" else (lambda s_, g_: float(np.mean(s_)) if len(s_) else None)
-    point = f(s, g)
-    rng = np.random.default_rng(seed)
-    boots = [v for _ in range(samples) if (v := f(s[idx := rng.integers(0, len(s), len(s))], g[idx])) is not None]
-    lo, hi = (np.quantile(boots, [(1 - confidence) / 2, (1 + confidence) / 2]) if boots else (None, None))
-    return {"value": None if point is None else round(point, 4), "ci_low": None if lo is None else round(float(lo), 4),
-            "ci_high": None if hi is None else round(float(hi), 4), "n": len(s), "n_good": int(g.sum())}
+
+    def f(i):
+        return auc(s[i], g[i]) if stat == "auc" else (float(np.mean(s[i])) if len(i) else None)
+
+    point, lo, hi, _ = _bootstrap(f, len(s), samples=samples, seed=seed, confidence=confidence)
+    return {"value": _rounded(point), "ci_low": _rounded(lo), "ci_high": _rounded(hi), "n": len(s),
+            "n_good": int(g.sum())}
 
 
 def paired_delta(a: list[float], b: list[float], labels: list[str], *, samples: int, seed: int,
                  confidence: float) -> dict:
     """AUC(a) - AUC(b) of two judges' scores of the same candidates, with a bootstrap interval that resamples the
-    candidates once for both (paired: much narrower than two separate intervals), and the share of resamples where
-    a is at least b."""
+    candidates once for both (paired: narrower than either judge's own interval when the two rank alike), and the
+    share of resamples where a is at least b."""
     sa, sb, g = np.asarray(a, float), np.asarray(b, float), np.asarray([lab == "good" for lab in labels])
-    d = lambda i: (None if (x := auc(sa[i], g[i])) is None or (y := auc(sb[i], g[i])) is None  # noqa: E731
-                   else x - y)
-    point = d(np.arange(len(g)))
-    rng = np.random.default_rng(seed)
-    boots = np.array([v for _ in range(samples) if (v := d(rng.integers(0, len(g), len(g)))) is not None])
+
+    def d(i):
+        x, y = auc(sa[i], g[i]), auc(sb[i], g[i])
+        return None if x is None or y is None else x - y
+
+    point, lo, hi, boots = _bootstrap(d, len(g), samples=samples, seed=seed, confidence=confidence)
     if point is None or not len(boots):
         return {"value": None, "ci_low": None, "ci_high": None, "share_at_least": None, "n": len(g)}
-    lo, hi = np.quantile(boots, [(1 - confidence) / 2, (1 + confidence) / 2])
-    return {"value": round(point, 4), "ci_low": round(float(lo), 4), "ci_high": round(float(hi), 4),
-            "share_at_least": round(float(np.mean(boots >= 0)), 4), "n": len(g)}
+    return {"value": _rounded(point), "ci_low": _rounded(lo), "ci_high": _rounded(hi),
+            "share_at_least": _rounded(np.mean(boots >= 0)), "n": len(g)}
+
+
+def scored(scores: list[float | None]) -> list[float]:
+    """The scores AUC ranks: a failed judgement (None) the lowest score, 0."""
+    return [v if v is not None else 0.0 for v in scores]
 
 
 async def judge_all(judge, rows: list[dict], *, desc: str = "judge", progress: bool = True
@@ -102,8 +121,7 @@ async def judge_all(judge, rows: list[dict], *, desc: str = "judge", progress: b
 
 def measure(scores: list[float | None], rows: list[dict], bkw: dict, *, accuracy: bool) -> dict:
     labels = [r["label"] for r in rows]
-    flat = [s if s is not None else 0.0 for s in scores]
-    out = {"auc": with_ci(flat, labels, stat="auc", **bkw),
+    out = {"auc": with_ci(scored(scores), labels, stat="auc", **bkw),
            "format_valid": round(sum(s is not None for s in scores) / len(scores), 4) if scores else None}
     if accuracy:
         right = [1.0 if s is not None and verdict(s) == lab else 0.0 for s, lab in zip(scores, labels)]
@@ -119,7 +137,7 @@ def evaluate_judges(judges: dict, sets: dict[str, list[dict]], bkw: dict, *, gpu
     """{judge name: {set: metrics, seconds_per_judgement, cost_per_1k_usd}} for `judges` = {name: judge}. Beside the
     rule judge, each other judge's sets also carry ``auc_minus_rule`` (paired_delta): the issue's bar compares them
     on the same candidates."""
-    out, scored = {}, {}
+    out, ranked = {}, {}
     for name, judge in judges.items():
         res, n, wall = {}, 0, 0.0
         for set_name, rows in sets.items():
@@ -128,7 +146,7 @@ def evaluate_judges(judges: dict, sets: dict[str, list[dict]], bkw: dict, *, gpu
             scores, secs = asyncio.run(judge_all(judge, rows, desc=f"{name} judge, {set_name} set",
                                                  progress=progress))
             res[set_name] = measure(scores, rows, bkw, accuracy=set_name == "heldout")
-            scored[name, set_name] = [v if v is not None else 0.0 for v in scores]
+            ranked[name, set_name] = scored(scores)
             n, wall = n + len(rows), wall + secs
         local = name != "api"
         per = wall / n if n else None
@@ -137,8 +155,8 @@ def evaluate_judges(judges: dict, sets: dict[str, list[dict]], bkw: dict, *, gpu
                                   else api_cost_per_1k)
         res["stats"] = judge.stats() if hasattr(judge, "stats") else {}
         out[name] = res
-    for (name, set_name), scores in scored.items():
-        if name != "rule" and ("rule", set_name) in scored:
+    for (name, set_name), scores in ranked.items():
+        if name != "rule" and ("rule", set_name) in ranked:
             out[name][set_name]["auc_minus_rule"] = paired_delta(
-                scores, scored["rule", set_name], [r["label"] for r in sets[set_name]], **bkw)
+                scores, ranked["rule", set_name], [r["label"] for r in sets[set_name]], **bkw)
     return out
