@@ -29,7 +29,7 @@ def _ci(m: dict | None) -> str:
 
 def table() -> str:
     rows = ["| study | tenant | judge | held-out accuracy | format | held-out AUC | hand-label AUC "
-            "| student-rewrite AUC | s / judgement |", "|---|---|---|---|---|---|---|---|---|"]
+            "| student-rewrite AUC | rollout AUC | s / judgement |", "|---|---|---|---|---|---|---|---|---|---|"]
     docs = [read_json(p) for p in RESULTS.glob("judge_study_*.json")]
     for doc in sorted(docs, key=lambda d: (d.get("label", "A"), d["report"]["tenant"])):
         rep = doc["report"]
@@ -43,9 +43,10 @@ def table() -> str:
             rows.append(f"| {label} | {rep['tenant']} | {name} | {_ci(held.get('accuracy'))} | "
                         f"{held.get('format_valid', '—')} | {_ci(held.get('auc'))} | "
                         f"{_ci(j.get('hand', {}).get('auc'))} | {_ci(j.get('student', {}).get('auc'))} | "
+                        f"{_ci(j.get('rollouts', {}).get('auc'))} | "
                         f"{j.get('seconds_per_judgement', '—')} |")
         rows.append(f"| {label} | {rep['tenant']} | *items* | {n.get('heldout', '—')} | | | {n.get('hand', '—')} | "
-                    f"{n.get('student', '—')} | |")
+                    f"{n.get('student', '—')} | {n.get('rollouts', '—')} | |")
     return "\n".join(rows)
 
 

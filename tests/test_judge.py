@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from qrewrite.judge import data, items as it
-from qrewrite.judge.evaluate import auc, evaluate_judges, measure, paired_delta, with_ci
+from qrewrite.judge.evaluate import auc, eval_sets, evaluate_judges, measure, paired_delta, with_ci
 from qrewrite.judge.prompt import GOOD_AT, messages, read_reply, reply, verdict
 from qrewrite.judge.rewards import format_reward, verdict_reward
 from qrewrite.reward.judge_rules import RuleJudge
@@ -105,6 +105,22 @@ def test_grpo_rows_hold_both_verdicts_equally_many():
     assert data._balanced(rows[:7]) == rows[:7]  # one verdict only: nothing to balance
 
 
+def test_student_share_cuts_the_other_kinds_never_the_students():
+    rows = [{"item_id": f"{i:02d}", "query": f"q{i}", "candidate": "c", "profile": "", "history": "", "reference": "r",
+             "label": "good" if i % 2 else "bad", "split": "train", "kind": "student" if i < 6 else "teacher",
+             "reason": "r", "score": 4 if i % 2 else 1} for i in range(30)]
+    assert data._mixed(rows, None) == rows
+    half = data._mixed(rows, 0.5)
+    assert [r["item_id"] for r in half if r["kind"] != "student"] == ["06", "07", "08", "09", "10", "11"]
+    assert sum(r["kind"] == "student" for r in half) == 6  # all of them, once
+    assert {r["kind"] for r in data._mixed(rows, 1.0)} == {"student"}
+    assert data._mixed(rows[6:], 0.5) == rows[6:]  # no student rewrite: nothing to make room for
+    train, val = data.sft_rows(rows, 0.5)
+    assert len(train) + len(val) == 12
+    queries = {json.loads(r["messages"][1]["content"])["query"] for r in data.grpo_rows(rows, 0.25)}
+    assert {"q0", "q5", "q6"} <= queries <= {f"q{i}" for i in range(24)}  # 6 students, 18 others (first by id)
+
+
 def test_rule_rationales_name_what_is_missing_without_the_arithmetic():
     v = RuleJudge("zh").score("夏天怎么存放", "", "用户刚下单了益生菌", "益生菌软胶囊夏天怎么存放", "益生菌粉夏天怎么存放")
     assert "(粉)" in v.reason and "(-" in v.reason  # the rule judge names the lost unit, with its penalty
@@ -131,6 +147,23 @@ def test_measures():
     assert m["accuracy"]["value"] == pytest.approx(5 / 8) and m["format_valid"] == pytest.approx(7 / 8)
     assert m["verdicts"] == {"good": 4, "bad": 3, "failed": 1}
     assert m["auc"]["ci_low"] <= m["auc"]["value"] <= m["auc"]["ci_high"]
+
+
+def test_eval_sets_take_the_rollouts_from_held_out_student_samples_only():
+    def row(i, split, kind):
+        return {"item_id": f"{i:04d}", "split": split, "kind": kind, "label": "good" if i % 3 else "bad"}
+
+    items = ([row(i, "heldout", "student") for i in range(10)] + [row(i, "train", "student") for i in range(10, 20)]
+             + [row(i, "heldout", "raw") for i in range(20, 25)])
+    items = items[::-1]  # not in item-id order: a capped set is the first item ids, whatever the file order
+    test = [{"item_id": "t", "label": "good"}] * 6
+    sets = eval_sets(items, [{"label": "bad"}] * 3, test, cap=4)
+    assert [r["item_id"] for r in sets["rollouts"]] == ["0000", "0001", "0002", "0003"]
+    assert all(r["split"] == "heldout" for r in sets["heldout"]) and len(sets["heldout"]) == 4
+    assert len(sets["hand"]) == 3 and len(sets["student"]) == 4
+    whole = eval_sets(items, [], test, cap=100)
+    assert len(whole["rollouts"]) == 10 and {r["kind"] for r in whole["rollouts"]} == {"student"}
+    assert len(whole["heldout"]) == 15 and whole["hand"] == []
 
 
 def test_paired_difference_against_the_rule_judge():

@@ -83,7 +83,7 @@ def cmd_judge_data(args) -> None:
     rows, student_test = asyncio.run(build())
     items = it.assign(rows, test_questions)
     counts = data.write(items, {"items": args.judgements, "sft_train": args.sft_train, "sft_val": args.sft_val,
-                                "grpo_train": args.grpo_train})
+                                "grpo_train": args.grpo_train}, student_share=jcfg["student_share"])
     write_jsonl(args.student_test, student_test)
     stats = {"tenant": tenant["name"], "items": len(items), "by_split": it.counts(items), "files": counts,
              "student_samples": len(samples), "student_test": len(student_test),
@@ -145,19 +145,16 @@ def cmd_judge_eval(args) -> None:
     from ..reward.judge_model import ModelJudge
     from ..reward.judges import make_tenant_judge
     from ..signals import heldout, load_judge_labels
-    from .evaluate import evaluate_judges
+    from .evaluate import eval_sets, evaluate_judges
 
-    items = read_jsonl(args.judgements)
-    held = [r for r in items if r["split"] == "heldout"]
-    cap = cfg["judge"]["eval_max_items"]  # per set: every item costs each local judge a generation
-    if len(held) > cap:  # a deterministic subset (by item id)
-        held = sorted(held, key=lambda r: r["item_id"])[:cap]
     hand = []
     if tenant.get("judge_labels"):
         hand = [{"query": r["query"], "profile": r.get("profile") or "", "history": r.get("history") or "",
                  "reference": r.get("reference"), "candidate": r["rewrite"], "label": r["label"]}
                 for r in load_judge_labels(tenant["judge_labels"]) if heldout(r["query"])]
-    sets = {"heldout": held, "hand": hand[:cap], "student": read_jsonl(args.student_test)[:cap]}
+    # per set at most eval_max_items: every item costs each local judge a generation
+    sets = eval_sets(read_jsonl(args.judgements), hand, read_jsonl(args.student_test),
+                     cap=cfg["judge"]["eval_max_items"])
     settings = reward_settings(cfg)
     ecfg = cfg["eval"]
     bkw = dict(samples=ecfg["bootstrap"]["samples"], seed=ecfg["bootstrap"]["seed"],
@@ -183,10 +180,11 @@ def cmd_judge_eval(args) -> None:
     write_json(args.out, doc)
     for name, r in res.items():
         h = r.get("heldout", {})
-        log.info("judge %-5s heldout accuracy %s AUC %s | hand AUC %s | student AUC %s | %.3f s/judgement",
-                 name, (h.get("accuracy") or {}).get("value"), (h.get("auc") or {}).get("value"),
+        log.info("judge %-5s heldout accuracy %s AUC %s | hand AUC %s | student AUC %s | rollouts AUC %s | "
+                 "%.3f s/judgement", name, (h.get("accuracy") or {}).get("value"), (h.get("auc") or {}).get("value"),
                  ((r.get("hand") or {}).get("auc") or {}).get("value"),
-                 ((r.get("student") or {}).get("auc") or {}).get("value"), r["seconds_per_judgement"] or 0)
+                 ((r.get("student") or {}).get("auc") or {}).get("value"),
+                 ((r.get("rollouts") or {}).get("auc") or {}).get("value"), r["seconds_per_judgement"] or 0)
 
 
 def _api_cost_per_1k(cfg: dict, tokenizer_dir: str, sets: dict) -> float | None:

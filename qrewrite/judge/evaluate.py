@@ -8,8 +8,12 @@ judge trained on:
   verdict accuracy (score >= GOOD_AT vs the label; a reply that does not parse is a wrong verdict), format
   validity, AUC;
 * ``hand``: the tenant's hand labels (judge_labels), the held-out half (``signals.heldout``): AUC;
-* ``student``: the SFT student's own test rewrites, good when the tenant's RAG puts a gold document alone at rank 1:
-  the AUC the RL reward needs.
+* ``student``: the SFT student's own test rewrites (greedy), good when the tenant's RAG puts a gold document alone at
+  rank 1;
+* ``rollouts``: what the RL reward judges: the student's *sampled* rewrites (temperature 1; rollouts are sampled at
+  0.9-1) of its own train questions in the held-out half (``signals.heldout``), which the judge never trained on,
+  labelled the same way: RL's rollouts are of the student's train questions too. Sampling makes more bad rewrites
+  than greedy decoding, so this set has more of the good-bad pairs an AUC counts.
 
 AUC: P(a good candidate outscores a bad one), ties one half, a failed judgement the lowest score; 95 % intervals by
 bootstrap over the candidates. Each judge's AUC minus the rule judge's on the same candidates (``auc_minus_rule``)
@@ -29,7 +33,7 @@ import numpy as np
 from ..tasks import gather_with_progress
 from .prompt import verdict
 
-SETS = ("heldout", "hand", "student")
+SETS = ("heldout", "hand", "student", "rollouts")
 
 
 def _ranks(x: np.ndarray) -> np.ndarray:
@@ -63,6 +67,18 @@ def _bootstrap(stat, n: int, *, samples: int, seed: int, confidence: float):
     boots = np.array([v for _ in range(samples) if (v := stat(rng.integers(0, n, n))) is not None])
     lo, hi = (np.quantile(boots, [(1 - confidence) / 2, (1 + confidence) / 2]) if len(boots) else (None, None))
     return point, lo, hi, boots
+
+
+def eval_sets(items: list[dict], hand: list[dict], student_test: list[dict], *, cap: int) -> dict[str, list[dict]]:
+    """The labelled sets (module doc) of judge-data's items, the held-out hand labels and the student's labelled
+    test rewrites, each at most `cap` items: a deterministic subset by item id where judge-data made more."""
+    def first(rows):
+        rows = list(rows)
+        return rows if len(rows) <= cap else sorted(rows, key=lambda r: r["item_id"])[:cap]
+
+    held = [r for r in items if r["split"] == "heldout"]
+    return {"heldout": first(held), "hand": hand[:cap], "student": student_test[:cap],
+            "rollouts": first(r for r in held if r["kind"] == "student")}
 
 
 def _rounded(x) -> float | None:
