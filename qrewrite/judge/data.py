@@ -18,8 +18,9 @@ def _val(query: str) -> bool:
 def _mixed(train: list[dict], student_share: float | None) -> list[dict]:
     """The train items with the student's sampled rewrites at least `student_share` of them: the other kinds
     (teacher, raw, other_row, red_team) cut to a deterministic subset by item id, never repeated. The student's
-    rewrites are what the RL reward judges, and the fewest: on fivedoctors (study C) 78 of 346 SFT rows, and the
-    judge ranked held-out rollouts worse than the rule judge. None, or no student item: all items."""
+    rewrites are what the RL reward judges, and the fewest (fivedoctors, study C: 78 of 346 SFT rows). At 0.5 it
+    did not close the gap to the rule judge there (study E, docs/signals.md), so it is off by default. None, or no
+    student item: all items."""
     student = [it for it in train if it["kind"] == "student"]
     if student_share is None or not student:
         return train
