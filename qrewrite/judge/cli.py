@@ -145,7 +145,7 @@ def cmd_judge_eval(args) -> None:
     from ..reward.judge_model import ModelJudge
     from ..reward.judges import make_tenant_judge
     from ..signals import heldout, load_judge_labels
-    from .evaluate import eval_sets, evaluate_judges
+    from .evaluate import SETS, eval_sets, evaluate_judges
 
     hand = []
     if tenant.get("judge_labels"):
@@ -179,12 +179,9 @@ def cmd_judge_eval(args) -> None:
            "note": "AUC: P(a good candidate outscores a bad one), ties one half, a failed judgement the lowest score"}
     write_json(args.out, doc)
     for name, r in res.items():
-        h = r.get("heldout", {})
-        log.info("judge %-5s heldout accuracy %s AUC %s | hand AUC %s | student AUC %s | rollouts AUC %s | "
-                 "%.3f s/judgement", name, (h.get("accuracy") or {}).get("value"), (h.get("auc") or {}).get("value"),
-                 ((r.get("hand") or {}).get("auc") or {}).get("value"),
-                 ((r.get("student") or {}).get("auc") or {}).get("value"),
-                 ((r.get("rollouts") or {}).get("auc") or {}).get("value"), r["seconds_per_judgement"] or 0)
+        aucs = " | ".join(f"{s} AUC {((r.get(s) or {}).get('auc') or {}).get('value')}" for s in SETS)
+        log.info("judge %-5s heldout accuracy %s | %s | %.3f s/judgement", name,
+                 ((r.get("heldout") or {}).get("accuracy") or {}).get("value"), aucs, r["seconds_per_judgement"] or 0)
 
 
 def _api_cost_per_1k(cfg: dict, tokenizer_dir: str, sets: dict) -> float | None:

@@ -33,7 +33,7 @@ import numpy as np
 from ..tasks import gather_with_progress
 from .prompt import verdict
 
-SETS = ("heldout", "hand", "student", "rollouts")
+SETS = ("heldout", "hand", "student", "rollouts")  # eval_sets' sets, in the order judge-eval logs them
 
 
 def _ranks(x: np.ndarray) -> np.ndarray:
