@@ -288,6 +288,39 @@ def test_model_judge_provider_is_configurable(tmp_path):
     assert j.provider == "model" and j.model_dir.endswith("fivedoctors") and j.model.startswith("model:fivedoctors@")
 
 
+def test_key_terms_are_the_references_rarest_kb_words_and_reach_the_prompt(tmp_path):
+    """reward.judge.model.key_terms: the reference's units the KB uses least often (unknown units left out), shown
+    in the material and named in the instruction; without them the prompt is the plain one."""
+    from qrewrite.kb import Doc
+    from qrewrite.reward import reward_settings
+    from qrewrite.reward.judge_rules import UnitWeights
+    from qrewrite.reward.judges import key_terms_of, make_judge
+
+    docs = [Doc(f"d{i}", t, "") for i, t in enumerate(["深海鱼油 价格", "维生素 价格", "叶酸 价格", "叶酸 孕期"])]
+    w = UnitWeights([d.text for d in docs], "zh")
+    terms = w.key_terms("深海鱼油多少价格呢", 5)
+    # rare first (价格, in three documents, last); 多少 (not in the KB) and parts of a named unit left out
+    assert terms[0] == "深海鱼" and terms[-1] == "价格" and "多少" not in terms and "深海" not in terms
+    assert not any(a != b and a in b for a in terms for b in terms) and len(w.key_terms("深海鱼油价格", 1)) == 1
+    assert w.key_terms("深海鱼油价格", 0) == []
+    terms = key_terms_of(docs, "zh", 1)
+    assert terms("叶酸价格") == ["叶酸"] and key_terms_of(docs, "zh", 0) is None
+    item = {"query": "它多少钱", "reference": "叶酸价格", "candidate": "叶酸多少钱", "key_terms": ["叶酸"]}
+    system, user = messages(item)
+    assert "key_terms" in system["content"] and json.loads(user["content"])["key_terms"] == ["叶酸"]
+    plain = messages({**item, "key_terms": None})
+    assert "key_terms" not in plain[0]["content"] and "key_terms" not in json.loads(plain[1]["content"])
+    # no reference, nothing to pick terms from: the plain prompt
+    assert "key_terms" not in messages({**item, "reference": None})[0]["content"]
+    # the model judge is shown them too, from the tenant's KB; without a KB it says what is missing
+    (tmp_path / "config.json").write_text("{}")
+    s = reward_settings({"reward": {"judge": {"provider": "model", "model": {"path": str(tmp_path),
+                                                                             "key_terms": 3}}}})
+    assert make_judge(s, "zh", docs, cache_dir=str(tmp_path)).key_terms("叶酸价格") == ["叶酸", "价格"]
+    with pytest.raises(Exception, match="needs the tenant's KB"):
+        make_judge(s, "zh", None, cache_dir=str(tmp_path))
+
+
 def test_judge_training_settings_given_in_part_keep_the_other_defaults():
     """judge.sft / judge.grpo: a key given changes that key; the judge's other defaults stay (not train.sft's)."""
     import yaml

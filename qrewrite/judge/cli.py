@@ -39,7 +39,7 @@ def cmd_judge_data(args) -> None:
     from ..io_utils import read_jsonl, write_json, write_jsonl
     from ..rag.providers import make_rag
     from ..reward import reward_settings
-    from ..reward.judges import make_tenant_judge
+    from ..reward.judges import key_terms_of, make_tenant_judge, tenant_docs
     from ..text import normalize
     from . import data, items as it
 
@@ -74,6 +74,12 @@ def cmd_judge_data(args) -> None:
             rows += it.student_items(samples, context, references, retrieve)
             rows += it.red_team_items(tenant_red_team(tenant, use=None), rewrites)
             await it.rationales(rows, judge, llm_labels=llm)
+            # what the model judge will be shown beside the reference (reward.judge.model.key_terms)
+            k = settings["judge"]["model"]["key_terms"]
+            terms = key_terms_of(tenant_docs(tenant, rag), tenant.get("language", "zh"), k) if k else None
+            for r in rows:
+                if terms and r.get("reference"):
+                    r["key_terms"] = terms(r["reference"])
             # the student's own test rewrites, labelled by retrieval: what judge-eval's `student` set measures
             return rows, it.student_items(student_own, context, references, retrieve)
         finally:
@@ -143,7 +149,7 @@ def cmd_judge_eval(args) -> None:
     from ..io_utils import read_jsonl, write_json
     from ..reward import reward_settings
     from ..reward.judge_model import ModelJudge
-    from ..reward.judges import make_tenant_judge
+    from ..reward.judges import key_terms_of, make_tenant_judge, tenant_docs
     from ..signals import heldout, load_judge_labels
     from .evaluate import SETS, eval_sets, evaluate_judges
 
@@ -159,9 +165,13 @@ def cmd_judge_eval(args) -> None:
     ecfg = cfg["eval"]
     bkw = dict(samples=ecfg["bootstrap"]["samples"], seed=ecfg["bootstrap"]["seed"],
                confidence=ecfg["bootstrap"]["confidence"])
+    mcfg = cfg["reward"]["judge"]["model"]
+    # every model judge is shown what the trained ones were trained with (the base model too: same prompt)
+    terms = key_terms_of(tenant_docs(tenant), tenant.get("language", "zh"), mcfg["key_terms"]) \
+        if mcfg["key_terms"] else None
     with tempfile.TemporaryDirectory(prefix="qrw-judge-eval-") as tmp:  # fresh: timings are of real judgements
         mk = lambda path: ModelJudge(path, DiskCache(os.path.join(tmp, os.path.basename(path))),  # noqa: E731
-                                     batch_size=cfg["reward"]["judge"]["model"]["batch_size"], threads=args.threads)
+                                     batch_size=mcfg["batch_size"], threads=args.threads, key_terms=terms)
         judges = {"base": mk(args.base), "sft": mk(args.sft), "grpo": mk(args.grpo),
                   "rule": make_tenant_judge({**settings, "judge": {**settings["judge"], "provider": "rule"}}, tenant)}
         # the configured API judge's list price, whether or not it judges here: what a local judge saves

@@ -15,21 +15,31 @@ SYSTEM = ("Grade the rewrite of a search query against the reference rewrite of 
           "for what the user asks, with the referent resolved from the profile and history, as one standalone "
           "query? Reply with one JSON object: a short reason, then an integer score 1-5 "
           '(5 best): {"reason": "...", "score": N}')
+# With reward.judge.model.key_terms the material also names the reference's key terms: the words the tenant's KB
+# uses least often, which pick out the documents (the rule judge weighs words by the KB; this judge never sees it).
+KEY_TERMS_NOTE = (" key_terms: the reference's words that the knowledge base uses least often, which pick out the "
+                  "documents; a rewrite that loses one may retrieve other documents.")
 GOOD_AT = 3  # a score of 3 or more is a "good" verdict
 
 
-def material(query: str, profile: str, history: str, reference: str | None, rewrite: str) -> str:
+def material(query: str, profile: str, history: str, reference: str | None, rewrite: str,
+             key_terms: list[str] | None = None) -> str:
     data = {"query": query or "", "user_profile": profile or "", "history_summary": history or ""}
     if reference:
         data["reference_rewrite"] = reference
+        if key_terms:
+            data["key_terms"] = list(key_terms)
     data["rewrite"] = rewrite or ""
     return json.dumps(data, ensure_ascii=False)
 
 
 def messages(item: dict) -> list[dict]:
-    return [{"role": "system", "content": SYSTEM},
+    """The chat of an item; its `key_terms` (a list, set by judge-data and the model judge when
+    reward.judge.model.key_terms > 0) join the material and the instruction says what they are."""
+    terms = item.get("key_terms") if item.get("reference") else None
+    return [{"role": "system", "content": SYSTEM + (KEY_TERMS_NOTE if terms else "")},
             {"role": "user", "content": material(item["query"], item.get("profile", ""), item.get("history", ""),
-                                                 item.get("reference"), item["candidate"])}]
+                                                 item.get("reference"), item["candidate"], terms)}]
 
 
 def reply(reason: str, score: int) -> str:

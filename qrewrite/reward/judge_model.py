@@ -39,12 +39,15 @@ class ModelJudge:
     provider = "model"
 
     def __init__(self, model_dir: str, cache: DiskCache, *, max_new_tokens: int = 96, batch_size: int = 8,
-                 threads: int | None = None, device: str = "cpu"):
+                 threads: int | None = None, device: str = "cpu", key_terms=None):
+        """`key_terms`: reference -> its key terms (``UnitWeights.key_terms`` over the tenant's KB), shown to a
+        judge trained with them (reward.judge.model.key_terms); None: not shown."""
         if not Path(model_dir, "config.json").is_file():
             raise QrewriteError("reward.judge.model.path is not a model folder (no config.json)", file=model_dir,
                                 hint="train one: snakemake judge (docs/signals.md, the distilled judge)")
         self.model_dir, self.cache = str(model_dir), cache
         self.max_new_tokens, self.batch_size, self.threads, self.device = max_new_tokens, batch_size, threads, device
+        self.key_terms = key_terms
         self.fp = fingerprint(model_dir)
         self.model = f"model:{Path(model_dir).name}@{self.fp}"
         self.calls = self.cache_hits = self.failures = 0
@@ -102,8 +105,9 @@ class ModelJudge:
                     reference: str | None = None) -> Verdict:
         from ..judge.prompt import messages, read_reply
 
+        terms = self.key_terms(reference) if self.key_terms and reference else None
         chat = messages({"query": query, "profile": profile, "history": history, "reference": reference,
-                         "candidate": rewrite})
+                         "candidate": rewrite, "key_terms": terms})
         key = call_key("model-judge", self.fp, chat, {"max_new_tokens": self.max_new_tokens})
         hit = self.cache.get(key)
         if hit is not None:

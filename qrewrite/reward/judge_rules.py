@@ -106,6 +106,19 @@ class UnitWeights:
         """``units``' weight in rare units (a unit in exactly one KB document weighs 1)."""
         return self.total(units) / self.rare if self.rare > 0 else float(len(units))
 
+    def key_terms(self, text: str, k: int) -> list[str]:
+        """The `k` content units of `text` that the KB uses least often (its heaviest known units, ties by the
+        unit): what picks out the documents, which the distilled judge is shown because it never sees the KB
+        (reward.judge.model.key_terms). A unit the KB never uses is left out: phrasing or a typo; so is a part of a
+        unit already named (jieba's search mode also cuts "鱼油" out of "深海鱼油"): the longer unit first on ties."""
+        units = sorted((u for u in content_units(text or "", self.language) if self.known(u)),
+                       key=lambda u: (-self(u), -len(u), u))
+        out: list[str] = []
+        for u in units:
+            if len(out) < k and not any(u in v for v in out):
+                out.append(u)
+        return out
+
     def specific(self, units: set[str]) -> float:
         """Like ``mass`` with each unit's share squared: a name or a slot value (found in few documents) counts
         about 1, a common word ("take", "吃") almost nothing."""

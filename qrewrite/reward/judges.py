@@ -14,7 +14,7 @@ from ..errors import QrewriteError
 from ..kb import tenant_kb
 from ..cache import DiskCache
 from .judge_openai import OpenAIJudge
-from .judge_rules import RuleJudge
+from .judge_rules import RuleJudge, UnitWeights
 
 
 def make_judge(settings: dict, language: str, docs: list | None = None, cache_dir: str | None = None,
@@ -36,16 +36,33 @@ def make_judge(settings: dict, language: str, docs: list | None = None, cache_di
         path = mcfg["path"].replace("{tenant}", tenant or "")
         cache = DiskCache(os.path.join(cache_dir or settings["cache_dir"], "judge"))
         return ModelJudge(path, cache, max_new_tokens=mcfg["max_new_tokens"], batch_size=mcfg["batch_size"],
-                          threads=mcfg.get("threads"))
+                          threads=mcfg.get("threads"), key_terms=key_terms_of(docs, language, mcfg.get("key_terms")))
     raise QrewriteError(f"unknown reward.judge.provider {jcfg['provider']!r}", hint="use rule, openai or model")
 
 
-def make_tenant_judge(settings: dict, tenant: dict, cache_dir: str | None = None, rag=None):
-    """``make_judge`` for a tenant: the rule judge reads the tenant's KB (``rag``'s documents when ``rag`` is
-    the local provider, so the KB is read once)."""
+def key_terms_of(docs: list | None, language: str, k: int | None):
+    """reference -> its `k` key terms by the KB's word frequencies (what the distilled judge is shown,
+    reward.judge.model.key_terms); None when `k` is 0/None (the judge was trained without them)."""
+    if not k:
+        return None
+    if not docs:
+        raise QrewriteError("reward.judge.model.key_terms needs the tenant's KB", hint="set tenants[].kb.path")
+    weights = UnitWeights([d.text for d in docs], language)
+    return lambda reference: weights.key_terms(reference, int(k))
+
+
+def tenant_docs(tenant: dict, rag=None) -> list:
+    """The tenant's KB: ``rag``'s documents when ``rag`` is the local provider (the KB read once), else the file."""
     retriever = getattr(rag, "retriever", None)
+    return retriever.docs if retriever is not None else tenant_kb(tenant)
+
+
+def make_tenant_judge(settings: dict, tenant: dict, cache_dir: str | None = None, rag=None):
+    """``make_judge`` for a tenant: the rule judge, and the model judge shown key terms, read the tenant's KB
+    (``tenant_docs``)."""
+    jcfg = settings["judge"]
     docs = None
-    if settings["judge"]["provider"] == "rule":
-        docs = retriever.docs if retriever is not None else tenant_kb(tenant)
+    if jcfg["provider"] == "rule" or (jcfg["provider"] == "model" and jcfg["model"].get("key_terms")):
+        docs = tenant_docs(tenant, rag)
     return make_judge(settings, tenant.get("language", "zh"), docs, cache_dir, tenant.get("judge_rubric"),
                       tenant["name"])
