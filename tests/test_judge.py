@@ -305,6 +305,9 @@ def test_key_terms_are_the_references_rarest_kb_words_and_reach_the_prompt(tmp_p
     assert w.key_terms("深海鱼油价格", 0) == []
     terms = key_terms_of(docs, "zh", 1)
     assert terms("叶酸价格") == ["叶酸"] and key_terms_of(docs, "zh", 0) is None
+    rows = [{"reference": "叶酸价格"}, {"reference": None}]
+    it.attach_key_terms(rows, terms)
+    assert rows == [{"reference": "叶酸价格", "key_terms": ["叶酸"]}, {"reference": None}]  # red-team: no reference
     item = {"query": "它多少钱", "reference": "叶酸价格", "candidate": "叶酸多少钱", "key_terms": ["叶酸"]}
     system, user = messages(item)
     assert "key_terms" in system["content"] and json.loads(user["content"])["key_terms"] == ["叶酸"]

@@ -77,9 +77,7 @@ def cmd_judge_data(args) -> None:
             # what the model judge will be shown beside the reference (reward.judge.model.key_terms)
             k = settings["judge"]["model"]["key_terms"]
             terms = key_terms_of(tenant_docs(tenant, rag), tenant.get("language", "zh"), k) if k else None
-            for r in rows:
-                if terms and r.get("reference"):
-                    r["key_terms"] = terms(r["reference"])
+            it.attach_key_terms(rows, terms)
             # the student's own test rewrites, labelled by retrieval: what judge-eval's `student` set measures
             return rows, it.student_items(student_own, context, references, retrieve)
         finally:

@@ -88,6 +88,14 @@ def red_team_items(rows: list[dict], rewrites: dict[str, dict[str, str]]) -> lis
     return out
 
 
+def attach_key_terms(items: list[dict], terms) -> None:
+    """Each item with a reference gets `key_terms`, `terms(reference)`: what the model judge is shown beside the
+    reference (reward.judge.model.key_terms; ``judges.key_terms_of``). `terms` None: none (not shown)."""
+    for it in items:
+        if terms and it.get("reference"):
+            it["key_terms"] = terms(it["reference"])
+
+
 _PENALTY = re.compile(r" \(-\d+(?:\.\d+)?\)")
 _SHARE = re.compile(r"\b\d+% of ")
 
