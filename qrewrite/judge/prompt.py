@@ -11,14 +11,16 @@ import json
 
 from ..reward.judge_openai import parse_judge_reply
 
-SYSTEM = ("Grade the rewrite of a search query against the reference rewrite of the same question: does it ask "
-          "for what the user asks, with the referent resolved from the profile and history, as one standalone "
-          "query? Reply with one JSON object: a short reason, then an integer score 1-5 "
-          '(5 best): {"reason": "...", "score": N}')
+_TASK = ("Grade the rewrite of a search query against the reference rewrite of the same question: does it ask "
+         "for what the user asks, with the referent resolved from the profile and history, as one standalone "
+         "query? ")
 # With reward.judge.model.key_terms the material also names the reference's key terms: the words the tenant's KB
 # uses least often, which pick out the documents (the rule judge weighs words by the KB; this judge never sees it).
-KEY_TERMS_NOTE = (" key_terms: the reference's words that the knowledge base uses least often, which pick out the "
-                  "documents; a rewrite that loses one may retrieve other documents.")
+_KEY_TERMS = ("key_terms are the reference's words that the knowledge base uses least often: they pick out the "
+              "documents, and a rewrite that loses one may retrieve others. ")
+_REPLY = 'Reply with one JSON object: a short reason, then an integer score 1-5 (5 best): {"reason": "...", "score": N}'
+SYSTEM = _TASK + _REPLY
+SYSTEM_KEY_TERMS = _TASK + _KEY_TERMS + _REPLY
 GOOD_AT = 3  # a score of 3 or more is a "good" verdict
 
 
@@ -37,7 +39,7 @@ def messages(item: dict) -> list[dict]:
     """The chat of an item; its `key_terms` (a list, set by judge-data and the model judge when
     reward.judge.model.key_terms > 0) join the material and the instruction says what they are."""
     terms = item.get("key_terms") if item.get("reference") else None
-    return [{"role": "system", "content": SYSTEM + (KEY_TERMS_NOTE if terms else "")},
+    return [{"role": "system", "content": SYSTEM_KEY_TERMS if terms else SYSTEM},
             {"role": "user", "content": material(item["query"], item.get("profile", ""), item.get("history", ""),
                                                  item.get("reference"), item["candidate"], terms)}]
 
