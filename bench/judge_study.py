@@ -72,6 +72,8 @@ def main() -> None:
                 "what": "reports/T/judge.json of one `snakemake judge` run, with the judge settings it used",
                 "run_note": args.run_note, "judge_config": resolved.get("judge"),
                 "reward_judge": resolved.get("reward", {}).get("judge", {}).get("provider"),
+                # what the model judges were shown beside the reference (0: no key terms; before F: not a setting)
+                "key_terms": resolved.get("reward", {}).get("judge", {}).get("model", {}).get("key_terms", 0),
                 "stats": extra, "report": doc})
             print(f"wrote {out}")
     if args.table or not args.from_run:
