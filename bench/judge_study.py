@@ -18,7 +18,7 @@ import yaml
 from common import RESULTS, write_result
 from qrewrite.io_utils import read_json
 
-JUDGES = ("base", "sft", "grpo", "rule", "api")
+JUDGES = ("base", "sft", "grpo", "sft+rule", "grpo+rule", "rule", "api")  # +rule: reward.judge.model.rule_weight
 
 
 def _ci(m: dict | None) -> str:
@@ -27,9 +27,16 @@ def _ci(m: dict | None) -> str:
     return f"{m['value']:.3f} [{m['ci_low']:.2f}, {m['ci_high']:.2f}]"
 
 
+def _delta(m: dict | None) -> str:
+    if not m or m.get("value") is None:
+        return "—"
+    return f"{m['value']:+.3f} [{m['ci_low']:+.2f}, {m['ci_high']:+.2f}]"
+
+
 def table() -> str:
     rows = ["| study | tenant | judge | held-out accuracy | format | held-out AUC | hand-label AUC "
-            "| student-rewrite AUC | rollout AUC | s / judgement |", "|---|---|---|---|---|---|---|---|---|---|"]
+            "| student-rewrite AUC | rollout AUC | rollout AUC − rule (paired) | s / judgement |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     docs = [read_json(p) for p in RESULTS.glob("judge_study_*.json")]
     for doc in sorted(docs, key=lambda d: (d.get("label", "A"), d["report"]["tenant"])):
         rep = doc["report"]
@@ -44,9 +51,10 @@ def table() -> str:
                         f"{held.get('format_valid', '—')} | {_ci(held.get('auc'))} | "
                         f"{_ci(j.get('hand', {}).get('auc'))} | {_ci(j.get('student', {}).get('auc'))} | "
                         f"{_ci(j.get('rollouts', {}).get('auc'))} | "
+                        f"{_delta(j.get('rollouts', {}).get('auc_minus_rule'))} | "
                         f"{j.get('seconds_per_judgement', '—')} |")
         rows.append(f"| {label} | {rep['tenant']} | *items* | {n.get('heldout', '—')} | | | {n.get('hand', '—')} | "
-                    f"{n.get('student', '—')} | {n.get('rollouts', '—')} | |")
+                    f"{n.get('student', '—')} | {n.get('rollouts', '—')} | | |")
     return "\n".join(rows)
 
 

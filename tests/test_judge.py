@@ -205,6 +205,38 @@ def test_judges_are_compared_with_the_rule_judge_on_the_same_candidates():
     assert res["rule"]["student"]["auc"]["value"] == pytest.approx(3 / 6)
     assert res["sft"]["student"]["auc_minus_rule"]["value"] == pytest.approx(1 - 3 / 6, abs=1e-4)
     assert "auc_minus_rule" not in res["rule"]["student"]
+    # the blend of reward.judge.model.rule_weight, from the same scores: a 5, b 2.5, c 2.5, d failed, e 3
+    res = evaluate_judges(judges, {"student": rows}, dict(samples=50, seed=0, confidence=0.95), gpu_hour_usd=1.0,
+                          api_cost_per_1k=None, progress=False, blends={"sft+rule": ("sft", 0.5)})
+    mixed = res["sft+rule"]
+    assert mixed["student"]["auc"]["value"] == pytest.approx(5.5 / 6, abs=1e-4)  # b ties c: one half
+    assert mixed["student"]["format_valid"] == 0.8 and mixed["rule_weight"] == 0.5
+    assert mixed["student"]["auc_minus_rule"]["value"] == pytest.approx(5.5 / 6 - 3 / 6, abs=1e-4)
+
+
+def test_blended_judge_mixes_the_model_and_the_rule_and_keeps_failures():
+    from qrewrite.reward.judge_blend import BlendedJudge, blend
+
+    class Scripted:  # a test fake: the score it was given for the candidate; counts its calls
+        def __init__(self, name, by_candidate):
+            self.model, self.by_candidate, self.calls = name, by_candidate, 0
+
+        async def judge(self, query, profile, history, rewrite, reference=None):
+            self.calls += 1
+            s = self.by_candidate[rewrite]
+            return Verdict(s, "failed" if s is None else f"{self.model} says {s}", False)
+
+        def stats(self):
+            return {"judge_calls": self.calls}
+
+    j = BlendedJudge(Scripted("m", {"a": 5.0, "b": None}), Scripted("r", {"a": 2.0, "b": 4.0}), 0.25)
+    a, b = asyncio.run(j.judge("q", "", "", "a", "ref")), asyncio.run(j.judge("q", "", "", "b", "ref"))
+    assert a.score == pytest.approx(0.75 * 5 + 0.25 * 2) and "m says 5" in a.reason and "r says 2" in a.reason
+    assert b.score is None and b.reason == "failed"  # the model failed: a failed judgement, not the rule's 4
+    assert j.stats() == {"judge_calls": 2, "rule_judge_calls": 2} and j.model == "m+rule*0.25"
+    assert blend(3.0, None, 0.5) is None and blend(1.0, 5.0, 0.5) == 3.0
+    with pytest.raises(ValueError):
+        BlendedJudge(Scripted("m", {}), Scripted("r", {}), 1.0)
 
 
 TEACH = """
@@ -286,6 +318,12 @@ def test_model_judge_provider_is_configurable(tmp_path):
     (tmp_path / "fivedoctors" / "config.json").write_text("{}")
     j = make_judge(s, "zh", cache_dir=str(tmp_path), tenant="fivedoctors")
     assert j.provider == "model" and j.model_dir.endswith("fivedoctors") and j.model.startswith("model:fivedoctors@")
+    # reward.judge.model.rule_weight: the same model judge, blended with the rule judge
+    s = reward_settings({"reward": {"judge": {"provider": "model", "model": {"path": str(tmp_path / "{tenant}"),
+                                                                             "rule_weight": 0.5}}}})
+    j = make_judge(s, "zh", cache_dir=str(tmp_path), tenant="fivedoctors")
+    assert type(j).__name__ == "BlendedJudge" and j.model_dir.endswith("fivedoctors")
+    assert j.model.startswith("model:fivedoctors@") and j.model.endswith("+rule*0.5")
 
 
 def test_key_terms_are_the_references_rarest_kb_words_and_reach_the_prompt(tmp_path):

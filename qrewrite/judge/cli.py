@@ -176,8 +176,10 @@ def cmd_judge_eval(args) -> None:
         api_price = _api_cost_per_1k(cfg, args.base, sets)
         if settings["judge"]["provider"] == "openai":
             judges["api"] = make_tenant_judge(settings, tenant)
+        w = mcfg["rule_weight"]  # the blend the reward would use, from the same judgements
         res = evaluate_judges(judges, sets, bkw, gpu_hour_usd=ecfg["gpu_hour_usd"],
-                              api_cost_per_1k=api_price if "api" in judges else None, progress=not args.no_progress)
+                              api_cost_per_1k=api_price if "api" in judges else None, progress=not args.no_progress,
+                              blends={"sft+rule": ("sft", w), "grpo+rule": ("grpo", w)} if w else None)
     doc = {"tenant": tenant["name"], "sets": {k: {"n": len(v), "good": sum(r["label"] == "good" for r in v)}
                                                for k, v in sets.items()},
            "judges": res, "bootstrap": ecfg["bootstrap"],
@@ -188,7 +190,7 @@ def cmd_judge_eval(args) -> None:
     write_json(args.out, doc)
     for name, r in res.items():
         aucs = " | ".join(f"{s} AUC {((r.get(s) or {}).get('auc') or {}).get('value')}" for s in SETS)
-        log.info("judge %-5s heldout accuracy %s | %s | %.3f s/judgement", name,
+        log.info("judge %-9s heldout accuracy %s | %s | %.3f s/judgement", name,
                  ((r.get("heldout") or {}).get("accuracy") or {}).get("value"), aucs, r["seconds_per_judgement"] or 0)
 
 

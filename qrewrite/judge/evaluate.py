@@ -1,7 +1,8 @@
 """The distilled judge measured like the study, plus what this project knows (reports/T/judge.json).
 
 Judges: the base model, the SFT judge, the GRPO judge (all with the same prompt: ``ModelJudge``), the rule judge,
-and the API judge where ``reward.judge.provider`` is openai. On three labelled sets, none of whose questions the
+and the API judge where ``reward.judge.provider`` is openai; with ``reward.judge.model.rule_weight`` also the SFT
+and GRPO judges blended with the rule judge at that weight (``sft+rule``, ``grpo+rule``). On three labelled sets, none of whose questions the
 judge trained on:
 
 * ``heldout``: the held-out judgement items (their questions: the eval's test questions and the held-out half);
@@ -30,6 +31,7 @@ import time
 
 import numpy as np
 
+from ..reward.judge_blend import blend
 from ..tasks import gather_with_progress
 from .prompt import verdict
 
@@ -149,11 +151,14 @@ def measure(scores: list[float | None], rows: list[dict], bkw: dict, *, accuracy
 
 
 def evaluate_judges(judges: dict, sets: dict[str, list[dict]], bkw: dict, *, gpu_hour_usd: float,
-                    api_cost_per_1k: float | None, progress: bool = True) -> dict:
+                    api_cost_per_1k: float | None, progress: bool = True,
+                    blends: dict[str, tuple[str, float]] | None = None) -> dict:
     """{judge name: {set: metrics, seconds_per_judgement, cost_per_1k_usd}} for `judges` = {name: judge}. Beside the
     rule judge, each other judge's sets also carry ``auc_minus_rule`` (paired_delta): the issue's bar compares them
-    on the same candidates."""
-    out, ranked = {}, {}
+    on the same candidates. `blends` = {name: (model judge's name, rule weight)}: that judge's scores blended with
+    the rule judge's (``judge_blend.blend``, what reward.judge.model.rule_weight does in the reward), measured from
+    the scores already made (no judgement repeated), costing both judges' time."""
+    out, ranked, raw, walls = {}, {}, {}, {}
     for name, judge in judges.items():
         res, n, wall = {}, 0, 0.0
         for set_name, rows in sets.items():
@@ -162,14 +167,28 @@ def evaluate_judges(judges: dict, sets: dict[str, list[dict]], bkw: dict, *, gpu
             scores, secs = asyncio.run(judge_all(judge, rows, desc=f"{name} judge, {set_name} set",
                                                  progress=progress))
             res[set_name] = measure(scores, rows, bkw, accuracy=set_name == "heldout")
-            ranked[name, set_name] = scored(scores)
+            ranked[name, set_name], raw[name, set_name] = scored(scores), scores
             n, wall = n + len(rows), wall + secs
+        walls[name] = (n, wall)
         local = name != "api"
         per = wall / n if n else None
         res["seconds_per_judgement"] = round(per, 4) if per is not None else None
         res["cost_per_1k_usd"] = (round(per * 1000 / 3600 * gpu_hour_usd, 4) if local and per is not None
                                   else api_cost_per_1k)
         res["stats"] = judge.stats() if hasattr(judge, "stats") else {}
+        out[name] = res
+    for name, (of, weight) in (blends or {}).items():
+        res = {}
+        for set_name, rows in sets.items():
+            if (of, set_name) in raw and ("rule", set_name) in raw:
+                scores = [blend(m, r, weight) for m, r in zip(raw[of, set_name], raw["rule", set_name])]
+                res[set_name] = measure(scores, rows, bkw, accuracy=set_name == "heldout")
+                ranked[name, set_name] = scored(scores)
+        n = walls[of][0]
+        per = (walls[of][1] + walls["rule"][1]) / n if n else None
+        res["seconds_per_judgement"] = round(per, 4) if per is not None else None
+        res["cost_per_1k_usd"] = round(per * 1000 / 3600 * gpu_hour_usd, 4) if per is not None else None
+        res["rule_weight"] = weight
         out[name] = res
     for (name, set_name), scores in ranked.items():
         if name != "rule" and ("rule", set_name) in ranked:

@@ -1,5 +1,6 @@
 """The judge ``reward.judge.provider`` names: ``rule`` (``judge_rules.RuleJudge``, the embedded default),
-``openai`` (``judge_openai.OpenAIJudge``) or ``model`` (``judge_model.ModelJudge``, the distilled judge).
+``openai`` (``judge_openai.OpenAIJudge``) or ``model`` (``judge_model.ModelJudge``, the distilled judge; with
+``reward.judge.model.rule_weight`` blended with the rule judge: ``judge_blend.BlendedJudge``).
 
 Both have the face the scorer and eval use: ``async judge(query, profile, history, rewrite, reference=None) ->
 Verdict`` (``reference``: the teacher's rewrite of the same question, what the rewrite is graded against),
@@ -35,8 +36,13 @@ def make_judge(settings: dict, language: str, docs: list | None = None, cache_di
         mcfg = jcfg["model"]
         path = mcfg["path"].replace("{tenant}", tenant or "")
         cache = DiskCache(os.path.join(cache_dir or settings["cache_dir"], "judge"))
-        return ModelJudge(path, cache, max_new_tokens=mcfg["max_new_tokens"], batch_size=mcfg["batch_size"],
-                          threads=mcfg.get("threads"), key_terms=key_terms_of(docs, language, mcfg.get("key_terms")))
+        judge = ModelJudge(path, cache, max_new_tokens=mcfg["max_new_tokens"], batch_size=mcfg["batch_size"],
+                           threads=mcfg.get("threads"), key_terms=key_terms_of(docs, language, mcfg.get("key_terms")))
+        if mcfg.get("rule_weight"):
+            from .judge_blend import BlendedJudge
+
+            return BlendedJudge(judge, RuleJudge(language, docs), mcfg["rule_weight"])
+        return judge
     raise QrewriteError(f"unknown reward.judge.provider {jcfg['provider']!r}", hint="use rule, openai or model")
 
 
@@ -62,7 +68,8 @@ def make_tenant_judge(settings: dict, tenant: dict, cache_dir: str | None = None
     (``tenant_docs``)."""
     jcfg = settings["judge"]
     docs = None
-    if jcfg["provider"] == "rule" or (jcfg["provider"] == "model" and jcfg["model"].get("key_terms")):
+    if jcfg["provider"] == "rule" or (jcfg["provider"] == "model"
+                                      and (jcfg["model"].get("key_terms") or jcfg["model"].get("rule_weight"))):
         docs = tenant_docs(tenant, rag)
     return make_judge(settings, tenant.get("language", "zh"), docs, cache_dir, tenant.get("judge_rubric"),
                       tenant["name"])

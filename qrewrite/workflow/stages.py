@@ -184,7 +184,10 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
                 i("rewrites", "all_rewrites"), o("judgements", "judge_items"), o("sft-train", "judge_sft_train"),
                 o("sft-val", "judge_sft_val"), o("grpo-train", "judge_grpo_train"),
                 o("student-test", "judge_student_test"), o("stats", "stats_judge_data")),
-          reads=("kb", "red_team"), params=("judge", "reward", "rag", "tenant"), env="swift", threads=True,
+          # the reward settings the items read (the labelling judge, the key terms shown): not the rest of
+          # reward, which only judge-eval and RL read (reward.judge.model.rule_weight must not retrain the judge)
+          reads=("kb", "red_team"), params=("judge", "reward.judge.provider", "reward.judge.openai",
+                                            "reward.judge.model.key_terms", "rag", "tenant"), env="swift", threads=True,
           mem_mb=8000, runtime=60, half="judge", dvc=False),
     Stage("judge_sft", "LoRA SFT of the judge on reason + score from the base model, merged.", "judge",
           args=(i("base", "base_model"), i("train", "judge_sft_train"), i("val", "judge_sft_val"),
