@@ -306,6 +306,39 @@ def test_model_judge_scores_batches_and_caches(taught, tmp_path):
     assert judge.stats()["judge_cache_hits"] == 3
 
 
+@pytest.mark.slow
+def test_the_reward_scorer_judges_with_the_model_blended_with_the_rule(taught, tmp_path):
+    """The RL reward's scorer with reward.judge.provider model and rule_weight 0.5 (the tiny judge replies 4):
+    the judge term comes from the blend of the model's expected score and the rule judge's, and both judges ran."""
+    from conftest import REPO
+    from qrewrite.config import load_config, tenant_config
+    from qrewrite.reward.scorer import RewardSample, RewardScorer
+
+    cfg = load_config(REPO / "config.yaml")
+    for t in cfg["tenants"]:
+        t["kb"]["path"] = str(REPO / t["kb"]["path"])
+    cfg["reward"]["cache_dir"] = str(tmp_path / "cache")
+    cfg["reward"]["judge"] = {**cfg["reward"]["judge"], "provider": "model", "sample_share": 1.0,
+                              "model": {**cfg["reward"]["judge"]["model"], "path": str(taught), "rule_weight": 0.5,
+                                        "max_new_tokens": 40}}
+    scorer = RewardScorer(cfg, tenant_config(cfg, "fivedoctors"))
+    try:
+        assert type(scorer.judge).__name__ == "BlendedJudge"
+        sample = RewardSample(query_id="q1", query="它多少钱", rollout="深海鱼油多少钱", teacher_rewrite="深海鱼油多少钱",
+                              history="用户问了深海鱼油")
+        v = asyncio.run(scorer.judge.judge("它多少钱", "", "用户问了深海鱼油", "深海鱼油多少钱", "深海鱼油多少钱"))
+        model = asyncio.run(scorer.judge.model_judge.judge("它多少钱", "", "用户问了深海鱼油", "深海鱼油多少钱",
+                                                           "深海鱼油多少钱"))
+        rule = scorer.judge.rule_judge.score("它多少钱", "", "用户问了深海鱼油", "深海鱼油多少钱", "深海鱼油多少钱")
+        assert v.score == pytest.approx(0.5 * model.score + 0.5 * rule.score, abs=1e-3) and model.score != rule.score
+        out = scorer.score_batch([sample])[0]
+        assert out["judge_sampled"] and out["judge_student"] == pytest.approx(v.score, abs=1e-3)
+        st = scorer.stats()
+        assert st["judge_provider"] == "model" and st["rule_judge_calls"] >= 2 and st["judge_failures"] == 0
+    finally:
+        scorer.close()
+
+
 def test_model_judge_provider_is_configurable(tmp_path):
     from qrewrite.errors import QrewriteError
     from qrewrite.reward import reward_settings

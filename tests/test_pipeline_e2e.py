@@ -308,10 +308,12 @@ def test_distilled_judge_chain_and_rl_judged_by_it(run):
     assert doc["judges"]["api"]["cost_per_1k_usd"] > (100 * 1.0 + 40 * 4.0) / 1e6 * 1000
     assert doc["api_judge_price"]["usd_per_1k"] == doc["judges"]["api"]["cost_per_1k_usd"]
     assert doc["sets"]["heldout"]["n"] <= 6
-    # RL with the distilled judge as the reward's judge (every rollout judged), shown the key terms from the KB
+    # RL with the distilled judge as the reward's judge (every rollout judged), shown the key terms from the KB and
+    # blended with the rule judge (reward.judge.model.rule_weight)
     rj = cfg["reward"]["judge"]
     cfg["reward"] = {**cfg["reward"], "judge": {**rj, "provider": "model", "sample_share": 1.0,
-                                                "model": {**(rj.get("model") or {}), "key_terms": 4}}}
+                                                "model": {**(rj.get("model") or {}), "key_terms": 4,
+                                                          "rule_weight": 0.5}}}
     cfg["rl"] = {**cfg["rl"], "compare_with_parent": False}
     mj = root / "config.model-judge.yaml"
     mj.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
@@ -325,6 +327,7 @@ def test_distilled_judge_chain_and_rl_judged_by_it(run):
     assert (out / "rl" / "lineage.json").is_file()
     lineage = json.loads((out / "rl" / "lineage.json").read_text())
     assert lineage["config"]["reward"]["judge"]["provider"] == "model"
+    assert lineage["config"]["reward"]["judge"]["model"]["rule_weight"] == 0.5
 
 
 # ------------------------------------------------------------------------------------------ secrets
