@@ -12,7 +12,7 @@ from qrewrite.errors import QrewriteError
 from qrewrite.io_utils import write_text_atomic
 from qrewrite.paths import demo_excel
 from qrewrite.workflow.stages import (DIRECTORIES, STAGES, candidates, command, flat, job_files, job_threads, jobs,
-                                      named_files, resolve)
+                                      named_files, param_value, resolve)
 
 # Every rule runs plain `qrewrite` (a container's or conda env's own one there); on the host, the one next to the
 # Python running Snakemake comes first on PATH, so `.venv/bin/snakemake` needs no .venv/bin on PATH.
@@ -124,15 +124,13 @@ def config_param(s, key):
     canonical JSON: Snakemake reruns a job whose params differ, and a mapping's key order is no difference."""
     head, _, rest = key.partition(".")
 
-    def value(node, parts):
-        for part in parts:
-            node = node.get(part) if isinstance(node, dict) else None
-        return json.dumps(node, sort_keys=True, ensure_ascii=False)
+    def value(node, dotted):  # stages.param_value: `reward` without the judges not in use
+        return json.dumps(param_value(node, dotted) if dotted else node, sort_keys=True, ensure_ascii=False)
 
     if head in ("tenant", "candidate"):
         table = TENANTS if head == "tenant" else CANDIDATES
-        return lambda wc: value(table[wc.get(head)], rest.split(".") if rest else [])
-    return value(config, key.split("."))
+        return lambda wc: value(table[wc.get(head)], rest)
+    return value(config, key)
 
 
 def params(s):

@@ -145,9 +145,28 @@ def test_a_split_threshold_reruns_the_split_and_downstream_only(project):
 
     snake("data")
     assert "Nothing to be done" in snake("-n", "data")
+    # the settings of judges reward.judge.provider does not name (rule here) change nothing the reward check makes,
+    # which gates the student's training: no rerun (stages.param_value)
+    project.update(reward={"judge": {"model": {"rule_weight": 0.5, "batch_size": 2}, "openai": {"model": "gpt-5-mini"}}})
+    assert "Nothing to be done" in snake("-n", "data")
     project.update_tenant("fivedoctors", thresholds={"top1": 0.2})
     planned = set(re.findall(r"^rule (\w+):\n(?:    .*\n)*?    wildcards: tenant=(\w+)", snake("-n", "data"), flags=re.M))
     assert planned == {("split", "fivedoctors"), ("summarize", "fivedoctors"), ("data_card", "fivedoctors")}, planned
+
+
+def test_reward_params_leave_out_the_judges_not_in_use():
+    from qrewrite.workflow.stages import STAGES, param_value
+
+    judge = {"provider": "rule", "sample_share": 0.3, "model": {"rule_weight": 0.5}, "openai": {"model": "gpt-5"}}
+    cfg = {"reward": {"weights": {"judge": 1.0}, "judge": judge}}
+    assert param_value(cfg, "reward") == {"weights": {"judge": 1.0}, "judge": {"provider": "rule", "sample_share": 0.3}}
+    judge["provider"] = "model"
+    assert param_value(cfg, "reward")["judge"] == {"provider": "model", "sample_share": 0.3,
+                                                   "model": {"rule_weight": 0.5}}
+    assert param_value(cfg, "reward.judge.openai") == {"model": "gpt-5"} and param_value(cfg, "eval.x") is None
+    assert cfg["reward"]["judge"]["openai"] == {"model": "gpt-5"}  # the config itself is left as it was
+    # judge-eval reads the distilled judge's settings and the API judge's price whatever the provider
+    assert {"reward.judge.model", "reward.judge.openai"} <= set(STAGES["judge_eval"].params)
 
 
 def test_a_demo_tenant_whose_excel_is_elsewhere_is_a_clear_error(project):

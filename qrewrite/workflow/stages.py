@@ -204,7 +204,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           "on held-out items, hand labels and the student's own rewrites, cost → judge.json.", "judge",
           args=(i("judgements", "judge_items"), i("student-test", "judge_student_test"), i("base", "base_model"),
                 i("sft", "judge_sft_merged"), i("grpo", "judge_model"), o("out", "judge_json")),
-          reads=("kb", "judge_labels"), params=("judge", "reward", "rag", "eval.bootstrap", "eval.gpu_hour_usd",
+          reads=("kb", "judge_labels"), params=("judge", "reward", "reward.judge.model", "reward.judge.openai", "rag",
+                                                "eval.bootstrap", "eval.gpu_hour_usd",
                                                 "tenant"), env="swift", threads=True, mem_mb=16000, runtime=120,
           metrics=("judge_json",), half="judge", dvc=False),
     # --- serving check (`snakemake deploy`, not in `all`) ------------------------------------------------
@@ -219,6 +220,26 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
 # Artifact keys that are folders (Snakemake `directory()` outputs).
 DIRECTORIES = frozenset({"base_model", "sft_model", "sft_merged", "rl_model", "tb_sft", "tb_rl", "judge_sft_model",
                          "judge_sft_merged", "judge_model", "tb_judge_sft", "tb_judge_grpo"})
+
+
+# reward.judge's sections per provider: a stage that reads the whole of `reward` reads only the named provider's
+JUDGE_SECTIONS = {"openai": "openai", "model": "model"}
+
+
+def param_value(cfg: dict, key: str):
+    """The config node of dotted `key` that a stage's params hold (Snakemake reruns a job whose params differ).
+    The whole of ``reward`` leaves out the settings of the judges ``reward.judge.provider`` does not name: the
+    distilled judge's settings (reward.judge.model.rule_weight, say) change nothing the rule judge's reward check
+    makes, and the check gates the student's training. A stage that reads them whatever the provider names them
+    (judge_eval: reward.judge.model)."""
+    node = cfg
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    if key == "reward" and isinstance(node, dict) and isinstance(node.get("judge"), dict):
+        judge = node["judge"]
+        unused = {sec for prov, sec in JUDGE_SECTIONS.items() if prov != judge.get("provider")}
+        node = {**node, "judge": {k: v for k, v in judge.items() if k not in unused}}
+    return node
 
 
 def jobs(s: Stage, cfg: dict, tenants: list[str] | None = None) -> list[tuple[dict | None, dict | None]]:
