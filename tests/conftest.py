@@ -110,6 +110,23 @@ class Project:
         lines = src.read_text(encoding="utf-8").splitlines()[:n]
         src.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
+    def keep_checks(self, tenant: str, gold: int, per_attack: int) -> None:
+        """Trim a tenant's gold set to its first `gold` rows and its red team to the first `per_attack` rows of each
+        attack type (every type kept): each row is a generation per local model in eval (faster tests)."""
+        cfg = self.config
+        (t,) = [t for t in cfg["tenants"] if t["name"] == tenant]
+        gold_path, rt_path = self.root / t["gold_set"], self.root / t["red_team"]
+        lines = gold_path.read_text(encoding="utf-8").splitlines()[:gold]
+        gold_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        seen: dict[str, int] = {}
+        kept = []
+        for line in rt_path.read_text(encoding="utf-8").splitlines():
+            attack = json.loads(line)["attack"]
+            seen[attack] = seen.get(attack, 0) + 1
+            if seen[attack] <= per_attack:
+                kept.append(line)
+        rt_path.write_text("\n".join(kept) + "\n", encoding="utf-8")
+
     def qrewrite(self, *args: str, env: dict | None = None, check: bool = True, timeout: float = 600):
         cmd = [sys.executable, "-m", "qrewrite", *args]
         proc = subprocess.run(cmd, cwd=self.root, capture_output=True, text=True, timeout=timeout,

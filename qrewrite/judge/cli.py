@@ -168,8 +168,10 @@ def cmd_judge_eval(args) -> None:
     terms = key_terms_of(tenant_docs(tenant), tenant.get("language", "zh"), mcfg["key_terms"]) \
         if mcfg["key_terms"] else None
     with tempfile.TemporaryDirectory(prefix="qrw-judge-eval-") as tmp:  # fresh: timings are of real judgements
+        # the reward's settings (reward/judges.py): the judges are measured as RL would run them
         mk = lambda path: ModelJudge(path, DiskCache(os.path.join(tmp, os.path.basename(path))),  # noqa: E731
-                                     batch_size=mcfg["batch_size"], threads=args.threads, key_terms=terms)
+                                     max_new_tokens=mcfg["max_new_tokens"], batch_size=mcfg["batch_size"],
+                                     threads=args.threads, key_terms=terms)
         judges = {"base": mk(args.base), "sft": mk(args.sft), "grpo": mk(args.grpo),
                   "rule": make_tenant_judge({**settings, "judge": {**settings["judge"], "provider": "rule"}}, tenant)}
         # the configured API judge's list price, whether or not it judges here: what a local judge saves
