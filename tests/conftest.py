@@ -35,6 +35,25 @@ def pytest_collection_modifyitems(config, items):
         items[:] = keep
 
 
+_SESSION_START = time.monotonic()
+_LAST_FILE: list[str] = []
+_CONFIG: list = []
+
+
+def pytest_configure(config):
+    _CONFIG.append(config)
+
+
+def pytest_runtest_logstart(nodeid, location):
+    """Each test file's start time since the session began, on the console: a run stopped from outside (CI's
+    time limit) still shows where its time went, which --durations, printed at the end, would not."""
+    path = nodeid.split("::")[0]
+    terminal = _CONFIG[0].pluginmanager.get_plugin("terminalreporter") if _CONFIG else None
+    if _LAST_FILE[-1:] != [path] and terminal is not None:
+        _LAST_FILE.append(path)
+        terminal.write_line(f"[{time.monotonic() - _SESSION_START:.0f} s into the tests]")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -172,6 +191,21 @@ def snakemake_rules(workdir: Path = REPO) -> dict:
 @pytest.fixture
 def project(tmp_path) -> Project:
     return Project(tmp_path / "proj")
+
+
+@pytest.fixture(scope="session")
+def smollm2_base(tmp_path_factory) -> Path:
+    """The tests' tiny model (SmolLM2-135M from its pinned wheel) converted to an HF folder once per session by
+    the swift env's `python -m qrewrite.training.base_model`, for tests that only read it (eval, deploy): a
+    conversion is about a minute of CPU. Tests of the base_model stage itself convert their own."""
+    from test_reward_frameworks import train_python
+
+    py = train_python("swift")  # fails (not skips) in CI when the env is missing
+    out = tmp_path_factory.mktemp("smollm2") / "base"
+    proc = subprocess.run([str(py), "-m", "qrewrite.training.base_model", str(out)], cwd=REPO, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
 
 
 def start_server(cmd: list[str], health_url: str, cwd: Path, log: Path, env: dict | None = None,

@@ -51,21 +51,15 @@ def port_open(port: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def deployed(tmp_path_factory):
+def deployed(tmp_path_factory, smollm2_base):
     """Data half (60 queries), the embedded base model as the `rl` candidate, its in-process eval on 3 rows,
     then `qrewrite deploy-check` against it."""
-    from test_reward_frameworks import train_python
-
-    py = train_python("swift")
     root = tmp_path_factory.mktemp("deploy")
     project = Project(root / "proj")
     project.keep_queries(TENANT, 60)
     for stage in ("build-excel", "ingest", "teacher", "validate", "split", "reward-check"):
         project.stage(stage)
-    model = root / "model"
-    proc = subprocess.run([str(py), "-m", "qrewrite.training.base_model", str(model)], cwd=REPO, capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    model = smollm2_base  # served and evaluated, never written
     cfg = project.config
     # 3 rows, 8 new tokens, no judge: the check's cost is the server, not the eval; batch 1: the eval generates
     # each rewrite alone, as the server does at concurrency 1 (a padded batch can change greedy text)

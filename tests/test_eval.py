@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import subprocess
 from collections import Counter
 
 import numpy as np
 import pytest
 import yaml
 
-from conftest import REPO, Project
+from conftest import Project
 from qrewrite.eval import stats
 from qrewrite.paths import eval_paths, tenant_paths
 
@@ -352,16 +350,10 @@ def test_eval_prompt_is_the_sft_prompt(data):
 
 
 @pytest.mark.slow
-def test_model_candidate_generates_with_transformers_in_the_swift_env(data, tmp_path):
+def test_model_candidate_generates_with_transformers_in_the_swift_env(data, tmp_path, smollm2_base):
     """A real local model (the embedded SmolLM2 base) through `qrewrite eval-generate`, which re-runs itself in
     the ms-swift env: one row per query, latency per query, cost = GPU-hour price x generation time."""
-    from test_reward_frameworks import train_python
-
-    py = train_python("swift")
-    base = tmp_path / "base"
-    proc = subprocess.run([str(py), "-m", "qrewrite.training.base_model", str(base)], cwd=REPO,
-                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    base = smollm2_base
     cfg = cfg_with_eval(data, "c_gen.yaml", candidates=[{"name": "base", "kind": "model", "path": str(base)}],
                         baseline="base", compare=[], headline=["base"], max_rows=3, gpu_hour_usd=3.6,
                         generation={"max_new_tokens": 12, "batch_size": 1}, without_sets=True)

@@ -46,7 +46,7 @@ def _rows(n: int) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_a_tenant_twice_the_size_trains_twice_the_steps(tmp_path):
+def test_a_tenant_twice_the_size_trains_twice_the_steps(tmp_path, smollm2_base):
     """Two real `qrewrite sft` runs (SmolLM2, 1 epoch, batch 4) on 8 and 16 rows: 2 and 4 optimizer steps."""
     project = Project(tmp_path / "proj")
     cfg = project.config
@@ -56,14 +56,13 @@ def test_a_tenant_twice_the_size_trains_twice_the_steps(tmp_path):
                             "per_device_train_batch_size": 4, "per_device_eval_batch_size": 4,
                             "gradient_accumulation_steps": 1, "max_length": 256, "logging_steps": 1}}
     project.set_config(cfg)
-    project.qrewrite("base-model", "--config", "config.yaml", "--out", "models/base", timeout=900)
     steps = {}
     for n in (8, 16):
         d = project.root / f"d{n}"
         d.mkdir()
         for name, rows in (("train", _rows(n)), ("val", _rows(4))):
             (d / f"{name}.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-        project.qrewrite("sft", "--config", "config.yaml", "--tenant", "fivedoctors", "--base", "models/base",
+        project.qrewrite("sft", "--config", "config.yaml", "--tenant", "fivedoctors", "--base", str(smollm2_base),
                          "--train", f"d{n}/train.jsonl", "--val", f"d{n}/val.jsonl", "--out", f"d{n}/adapter",
                          "--run-dir", f"d{n}/run", "--tb", f"d{n}/tb", "--stats", f"d{n}/stats.json", "--threads", "2",
                          timeout=900)

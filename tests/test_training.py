@@ -286,3 +286,30 @@ def test_report_rolling_mean():
 
     assert rolling_mean([(1, 0.0), (2, 1.0), (3, 2.0), (4, 3.0)], 2) == [(2, 0.5), (3, 1.5), (4, 2.5)]
     assert rolling_mean([(1, 0.0)], 4) == []
+
+
+def test_gguf_read_once_shares_one_reader_and_name_map_and_restores_gguf(tmp_path):
+    """The conversion's speed-up (base_model.gguf_read_once): inside it, every GGUFReader of one file is the same
+    parsed reader and the tensor-name map is built once per (arch, layers); outside, gguf is as it was."""
+    import gguf
+    import numpy as np
+
+    from qrewrite.training.base_model import gguf_read_once
+
+    path = tmp_path / "tiny.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(2)
+    w.add_tensor("token_embd.weight", np.arange(8, dtype=np.float32).reshape(2, 4))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    arch = gguf.MODEL_ARCH.LLAMA
+    with gguf_read_once():
+        a, b = gguf.GGUFReader(str(path)), gguf.GGUFReader(str(tmp_path / "." / "tiny.gguf"))
+        assert a is b and isinstance(a, reader) and a.tensors[0].name == "token_embd.weight"
+        assert gguf.get_tensor_name_map(arch, 2) is gguf.get_tensor_name_map(arch, 2)
+        assert gguf.get_tensor_name_map(arch, 2).get_name("model.embed_tokens") == "token_embd"
+    assert gguf.GGUFReader is reader and gguf.get_tensor_name_map is name_map
+    assert gguf.GGUFReader(str(path)) is not gguf.GGUFReader(str(path))

@@ -16,6 +16,8 @@ Usage:  python -m qrewrite.training.base_model OUT_DIR [--force]
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import importlib.util
 import json
 import os
@@ -119,6 +121,32 @@ def check_tied_folder(folder: Path, untied_logits, tok) -> dict:
             "top1_agreement": round(top1, 4)}
 
 
+@contextlib.contextmanager
+def gguf_read_once():
+    """Within one conversion, transformers' GGUF loader (5.19) reads the file's header three times (config,
+    tokenizer, weights: each parse walks every vocabulary entry, ~13 s for SmolLM2's 49k tokens) and rebuilds
+    gguf's tensor-name map for every submodule (397 times for SmolLM2, ~40 ms each): about half of a conversion's
+    time. Here one reader per file and one map per (arch, layers) serve every call; both are read-only. Measured
+    2026-11-29: SmolLM2 56 s -> 25 s, the Qwen GGUF 103 s -> 87 s, both folders byte-identical to before."""
+    import gguf
+
+    reader_cls, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict = {}
+
+    def reader(path, mode="r"):
+        key = (os.path.realpath(path), mode)
+        if key not in readers:
+            readers[key] = reader_cls(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.lru_cache(maxsize=None)(name_map)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader_cls, name_map
+        readers.clear()
+
+
 def convert_gguf(out_dir: str | os.PathLike, *, force: bool = False,
                  gguf_path: str | os.PathLike | None = None, tie: bool = False) -> Path:
     """Convert the packaged GGUF to an HF folder at ``out_dir``; return its path.
@@ -150,8 +178,9 @@ def convert_gguf(out_dir: str | os.PathLike, *, force: bool = False,
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it 0700
     try:
-        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        with gguf_read_once():
+            tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         # The GGUF loader attaches a quantizer; the weights are already dequantised,
         # and saving with the quantization config would make reloading fail.
         quantizer = getattr(model, "hf_quantizer", None)
