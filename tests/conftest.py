@@ -123,28 +123,33 @@ class Project:
                 self._merge(t, changes)
         self.set_config(cfg)
 
+    @staticmethod
+    def _keep_lines(path: Path, keep) -> None:
+        """Rewrite a JSONL file with the lines `keep` (a function of its lines) returns."""
+        lines = keep(path.read_text(encoding="utf-8").splitlines())
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
     def keep_queries(self, tenant: str, n: int) -> None:
         """Trim a tenant's demo source to its first n rows (faster tests)."""
-        src = self.root / "data" / "demo" / f"{tenant}.queries.jsonl"
-        lines = src.read_text(encoding="utf-8").splitlines()[:n]
-        src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        self._keep_lines(self.root / "data" / "demo" / f"{tenant}.queries.jsonl", lambda lines: lines[:n])
 
     def keep_checks(self, tenant: str, gold: int, per_attack: int) -> None:
         """Trim a tenant's gold set to its first `gold` rows and its red team to the first `per_attack` rows of each
         attack type (every type kept): each row is a generation per local model in eval (faster tests)."""
-        cfg = self.config
-        (t,) = [t for t in cfg["tenants"] if t["name"] == tenant]
-        gold_path, rt_path = self.root / t["gold_set"], self.root / t["red_team"]
-        lines = gold_path.read_text(encoding="utf-8").splitlines()[:gold]
-        gold_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        seen: dict[str, int] = {}
-        kept = []
-        for line in rt_path.read_text(encoding="utf-8").splitlines():
-            attack = json.loads(line)["attack"]
-            seen[attack] = seen.get(attack, 0) + 1
-            if seen[attack] <= per_attack:
-                kept.append(line)
-        rt_path.write_text("\n".join(kept) + "\n", encoding="utf-8")
+        (t,) = [t for t in self.config["tenants"] if t["name"] == tenant]
+        self._keep_lines(self.root / t["gold_set"], lambda lines: lines[:gold])
+
+        def first_of_each_attack(lines: list[str]) -> list[str]:
+            seen: dict[str, int] = {}
+            kept = []
+            for line in lines:
+                attack = json.loads(line)["attack"]
+                seen[attack] = seen.get(attack, 0) + 1
+                if seen[attack] <= per_attack:
+                    kept.append(line)
+            return kept
+
+        self._keep_lines(self.root / t["red_team"], first_of_each_attack)
 
     def qrewrite(self, *args: str, env: dict | None = None, check: bool = True, timeout: float = 600):
         cmd = [sys.executable, "-m", "qrewrite", *args]
@@ -196,8 +201,9 @@ def project(tmp_path) -> Project:
 @pytest.fixture(scope="session")
 def smollm2_base(tmp_path_factory) -> Path:
     """The tests' tiny model (SmolLM2-135M from its pinned wheel) converted to an HF folder once per session by
-    the swift env's `python -m qrewrite.training.base_model`, for tests that only read it (eval, deploy): a
-    conversion is about a minute of CPU. Tests of the base_model stage itself convert their own."""
+    the swift env's `python -m qrewrite.training.base_model`, for tests that only read it (eval's model candidate,
+    deploy, the SFT schedule, `transformers serve`): a conversion is about 25 s of CPU. Tests of the base_model
+    stage itself convert their own."""
     from test_reward_frameworks import train_python
 
     py = train_python("swift")  # fails (not skips) in CI when the env is missing

@@ -350,7 +350,7 @@ def test_eval_prompt_is_the_sft_prompt(data):
 
 
 @pytest.mark.slow
-def test_model_candidate_generates_with_transformers_in_the_swift_env(data, tmp_path, smollm2_base):
+def test_model_candidate_generates_with_transformers_in_the_swift_env(data, smollm2_base):
     """A real local model (the embedded SmolLM2 base) through `qrewrite eval-generate`, which re-runs itself in
     the ms-swift env: one row per query, latency per query, cost = GPU-hour price x generation time."""
     base = smollm2_base
