@@ -52,9 +52,13 @@ run: $(VENV)/.data-env .venvs/swift/.installed
 run-quick: $(VENV)/.data-env .venvs/swift/.installed
 	$(BIN)/snakemake --cores $(CORES) --printshellcmds --config only=fivedoctors
 
-# The training-framework tests must not skip in CI: the envs are built above.
+# The training-framework tests must not skip in CI: the envs are built above. Two pytest-xdist workers, a test
+# file each at a time, the slowest files first (tests/conftest.py): one test alone keeps a core busy about half of
+# its time (waiting on subprocesses, servers, Slurm, podman), so two share the 2 cores. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 test: $(VENV)/.test-env $(TRAIN_ENVS)
-	PATH="$(CURDIR)/$(BIN):$$PATH" QREWRITE_REQUIRE_TRAIN_ENVS=1 $(BIN)/python -m pytest -ra --durations=40 $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(BIN):$$PATH" QREWRITE_REQUIRE_TRAIN_ENVS=1 $(BIN)/python -m pytest -ra --durations=40 \
+	    -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # Images, one recipe each (containers/*.Containerfile, built by scripts/containers.py with podman;
 # docs/cluster.md): `make containers` builds cpu and swift here, the swift image with the CPU torch wheel that
