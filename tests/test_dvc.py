@@ -256,11 +256,19 @@ def test_dvc_params_name_existing_keys_of_the_right_tenant():
 
 
 @pytest.mark.slow
-def test_dvc_repro_runs_every_stage_and_reruns_only_the_changed_tenant(project):
-    """The real thing: `dvc repro` from scratch, up to date after, and a change to one tenant's demo source
-    plans only that tenant's stages. (`dvc repro --dry` alone cannot plan from scratch: it fails on the
-    not-yet-built outputs of upstream stages, treeverse/dvc#9021.)"""
+def test_dvc_repro_runs_every_stage_and_reruns_only_what_changed(project):
+    """The real thing: `dvc repro` from scratch (one data half, shared by the three checks to keep its time down),
+    up to date after; then
+    - an edit to the split stage's code (qrewrite/data/split.py) makes `dvc status` report split (its code dep
+      changed) and nothing upstream, and `dvc repro` plan split and what is downstream of it (summarize), every
+      tenant, nothing upstream; with the edit undone, everything is up to date again;
+    - a change to one tenant's demo source plans, and reruns, only that tenant's stages.
+    (`dvc repro --dry` alone cannot plan from scratch: it fails on the not-yet-built outputs of upstream stages,
+    treeverse/dvc#9021.)"""
     root = project.root
+    tenants = ("fivedoctors", "chengla")
+    for tenant in tenants:
+        project.keep_queries(tenant, 30)
     shutil.copy(REPO / "dvc.yaml", root / "dvc.yaml")
     copy_code(root)
 
@@ -270,6 +278,9 @@ def test_dvc_repro_runs_every_stage_and_reruns_only_the_changed_tenant(project):
     def ran(out: str) -> set[str]:
         return set(re.findall(r"Running stage '([\w@-]+)'", out))
 
+    def planned(*args: str) -> set[str]:
+        return ran(dvc("repro", "--dry", *args, "summarize"))
+
     # The data half (`dvc repro summarize`: every stage upstream of summary.json). Training, eval and report
     # through DVC: tests/test_pipeline_e2e.py::test_dvc_adopts_the_run_and_reruns_only_the_changed_tenant.
     every = {f"{s}@{t}" for s, t in dvc_stages() if s in DATA_STAGES}
@@ -278,49 +289,29 @@ def test_dvc_repro_runs_every_stage_and_reruns_only_the_changed_tenant(project):
     assert ran(dvc("repro", "summarize")) == every
     assert (root / "results/chengla/summary.json").exists() and (root / "results/fivedoctors/sft/train.jsonl").exists()
     assert "up to date" in dvc("status", "summarize")
-    assert not ran(dvc("repro", "--dry", "summarize"))
-
-    src = root / "data/demo/chengla.queries.jsonl"
-    src.write_text(src.read_text(encoding="utf-8") + '{"query": "雅思课程可以退费吗", "profile": "", "history": "", '
-                   '"gold_doc_ids": []}\n', encoding="utf-8")
-    planned = ran(dvc("repro", "--dry", "summarize"))
-    assert planned and all(s.endswith("@chengla") for s in planned), planned
-    assert ran(dvc("repro", "summarize")) == {s for s in every if s.endswith("@chengla")}
-
-
-@pytest.mark.slow
-def test_dvc_reruns_a_stage_whose_code_changed_and_what_is_downstream(project):
-    """After `dvc repro` of the data half, an edit to the split stage's code (qrewrite/data/split.py) makes `dvc
-    status` report split (its code dep changed) and nothing upstream, and `dvc repro` plan split and what is
-    downstream of it (summarize), every tenant, nothing upstream."""
-    root = project.root
-    for tenant in ("fivedoctors", "chengla"):
-        project.keep_queries(tenant, 30)
-    shutil.copy(REPO / "dvc.yaml", root / "dvc.yaml")
-    copy_code(root)
-
-    def dvc(*args: str) -> str:
-        return dvc_in(root, *args)
-
-    def planned(*args: str) -> set[str]:
-        return set(re.findall(r"Running stage '([\w@-]+)'", dvc("repro", "--dry", *args, "summarize")))
-
-    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
-    dvc("init", "-q")
-    dvc("repro", "summarize")
     assert json.loads(dvc("status", "--json", "--with-deps", "summarize")) == {}
+    assert not planned()
 
     split = root / "qrewrite/data/split.py"
-    split.write_text(split.read_text(encoding="utf-8") + "\n# a code change\n", encoding="utf-8")
+    code = split.read_text(encoding="utf-8")
+    split.write_text(code + "\n# a code change\n", encoding="utf-8")
     status = json.loads(dvc("status", "--json", "--with-deps", "summarize"))  # summarize and all upstream of it
     print("dvc status after editing qrewrite/data/split.py:", json.dumps(status, indent=1))
-    tenants = ("fivedoctors", "chengla")
     assert set(status) == {f"split@{t}" for t in tenants}, status
     for t in tenants:
         assert {"changed deps": {"qrewrite/data/split.py": "modified"}} in status[f"split@{t}"]
     # --dry lists the stages whose deps changed now; --force-downstream adds what a rerun would feed
     assert planned() == {f"split@{t}" for t in tenants}
     assert planned("--force-downstream") == {f"{s}@{t}" for s in ("split", "summarize") for t in tenants}
+    split.write_text(code, encoding="utf-8")
+    assert json.loads(dvc("status", "--json", "--with-deps", "summarize")) == {}
+
+    src = root / "data/demo/chengla.queries.jsonl"
+    src.write_text(src.read_text(encoding="utf-8") + '{"query": "雅思课程可以退费吗", "profile": "", "history": "", '
+                   '"gold_doc_ids": []}\n', encoding="utf-8")
+    plan = planned()
+    assert plan and all(s.endswith("@chengla") for s in plan), plan
+    assert ran(dvc("repro", "summarize")) == {s for s in every if s.endswith("@chengla")}
 
 
 def test_dvc_is_pinned_once_in_the_env_make_run_installs():
