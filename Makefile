@@ -53,12 +53,15 @@ run-quick: $(VENV)/.data-env .venvs/swift/.installed
 	$(BIN)/snakemake --cores $(CORES) --printshellcmds --config only=fivedoctors
 
 # The training-framework tests must not skip in CI: the envs are built above. Two pytest-xdist workers, a test
-# file each at a time, the slowest files first (tests/conftest.py): one test alone keeps a core busy about half of
-# its time (waiting on subprocesses, servers, Slurm, podman), so two share the 2 cores. TEST_WORKERS=0: one process.
+# file each at a time, the slowest files first (tests/conftest.py): many tests mostly wait (on servers, retries,
+# Slurm, podman), so two files share the 2 cores. Each torch process gets one thread (OMP_NUM_THREADS=1; the tests'
+# tiny configs ask for 1): two 2-thread jobs on 2 cores ran 2.4-2.6x slower than alone, not 2x, as each thread
+# waits for the other at every op. TEST_WORKERS=0: one process, torch's own thread count.
 TEST_WORKERS ?= 2
 test: $(VENV)/.test-env $(TRAIN_ENVS)
-	PATH="$(CURDIR)/$(BIN):$$PATH" QREWRITE_REQUIRE_TRAIN_ENVS=1 $(BIN)/python -m pytest -ra --durations=40 \
-	    -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+	PATH="$(CURDIR)/$(BIN):$$PATH" QREWRITE_REQUIRE_TRAIN_ENVS=1 \
+	    $(if $(filter-out 0 1,$(TEST_WORKERS)),OMP_NUM_THREADS=1 MKL_NUM_THREADS=1) \
+	    $(BIN)/python -m pytest -ra --durations=40 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # Images, one recipe each (containers/*.Containerfile, built by scripts/containers.py with podman;
 # docs/cluster.md): `make containers` builds cpu and swift here, the swift image with the CPU torch wheel that

