@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 CORES  ?= 2
 
-.PHONY: run run-quick test env test-env bench clean base-wheels
+.PHONY: run run-quick test env test-env bench clean base-wheels gpu-rehearsal-run
 .PHONY: container-tools containers containers-save test-containers cqr-data cqr rl-check test-tools gpu-kit gpu-rehearsal
 .PHONY: gpu-rehearsal-clean
 
@@ -134,7 +134,7 @@ gpu-kit: $(VENV)/.data-env .venvs/swift/.installed .venvs/verl/.installed .venvs
 	    results/$(GPU_KIT_TENANT)/reward_check.json
 	$(PYTHON) -m qrewrite.gpucheck.kit --tenant $(GPU_KIT_TENANT)
 
-# The CPU rehearsal of the check (CI runs it): the same kit in a Python 3.12 venv holding what the GPU image holds
+# The CPU rehearsal of the check (.ci/run: after the tests, when CI's time allows): the same kit in a Python 3.12 venv holding what the GPU image holds
 # (.gpu/image-standin.txt: the packages the kit leaves home for the image, torch 2.11.0 among them), the same
 # script, each run going as far as a machine without a GPU lets it (NCCL init). One pip call a package: pip downloads
 # every wheel of a call before it installs any, so one call peaked at 8.6 GB of disk for a 5.7 GB venv, one a
@@ -147,6 +147,10 @@ gpu-kit: $(VENV)/.data-env .venvs/swift/.installed .venvs/verl/.installed .venvs
 	touch $@
 
 gpu-rehearsal: gpu-kit
+	$(MAKE) gpu-rehearsal-run
+
+# the rehearsal of the kit .gpu/ already holds (.ci/run builds the kit before the tests, rehearses after them)
+gpu-rehearsal-run:
 	$(MAKE) .venvs/gpu-rehearsal/.installed
 	bash scripts/gpu_verl_check.sh --rehearse .gpu/chunks .gpu/rehearsal
 
