@@ -17,6 +17,7 @@ from .judge import cli as judge_cli
 from .lineage.cli import register as register_lineage
 from .rag import cli as rag_cli
 from .report import cli as report_cli
+from .release import cli as release_cli
 from .reward import cli as reward_cli
 from .teacher import cli as teacher_cli
 from .training import cli as training_cli
@@ -28,7 +29,7 @@ log = logging.getLogger("qrewrite")
 # logic inside the function, so `qrewrite split` loads only the split's code; and dvc.yaml's code deps
 # (qrewrite/workflow/code_deps.py) follow a stage's own handler, not the other stages' registrations.
 STAGE_CLIS = (data_cli.register, teacher_cli.register, rag_cli.register, reward_cli.register, training_cli.register,
-              eval_cli.register, judge_cli.register,
+              release_cli.register, eval_cli.register, judge_cli.register,
               report_cli.register, deploy_cli.register, register_lineage, workflow_cli.register)
 
 

@@ -43,6 +43,7 @@ def tenant_paths(tenant: str) -> dict[str, str]:
         "rl_val_swift": f"{r}/rl/val.swift.jsonl",
         "rl_run": f"{r}/train/rl-run",           # backend's checkpoints
         "rl_model": f"{m}/rl",                   # merged HF model of the final RL checkpoint
+        "release": f"{m}/release",               # what the tenant gets, chosen on validation: a model or a rule
         "stats_sft": f"{r}/stats/sft.json",
         "stats_rl": f"{r}/stats/rl.json",
         "tb_sft": f"{LOGS}/tensorboard/{tenant}/sft",

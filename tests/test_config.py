@@ -89,7 +89,7 @@ def test_explicit_values_win_over_defaults():
     assert cfg["tenants"][0]["columns"]["query"] == "Question"
     assert cfg["tenants"][0]["columns"]["profile"] == "用户画像"
     assert cfg["teacher"]["openai"]["temperature"] == 0.0 and cfg["teacher"]["openai"]["max_tokens"] == 200
-    assert cfg["split"] == {"seed": 7, "train": 0.8, "val": 0.1, "test": 0.1}
+    assert cfg["split"] == {"seed": 7, "train": 0.8, "val": 0.1, "test": 0.1, "val_min": 0}
 
 
 SPLITS = [
@@ -162,8 +162,8 @@ def test_cli_config_prints_filled_config(project, which):
     assert printed["teacher"]["openai"]["temperature"] == 0.3
     assert printed["tenants"][0]["thresholds"]["top1"] == 0.1
     # the schema's default split, or config.yaml's (the demo tenants give test more rows)
-    assert printed["split"] == ({"seed": 42, "train": 0.8, "val": 0.1, "test": 0.1} if which == "minimal"
-                                else {"seed": 42, "train": 0.58, "val": 0.1, "test": 0.32})
+    assert printed["split"] == ({"seed": 42, "train": 0.8, "val": 0.1, "test": 0.1, "val_min": 0} if which == "minimal"
+                                else {"seed": 42, "train": 0.55, "val": 0.15, "test": 0.3, "val_min": 30})
     assert proc.stderr.strip() == ""
 
 

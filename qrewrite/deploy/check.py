@@ -21,10 +21,11 @@ from datetime import datetime, timezone
 from ..config import base_model_swift
 from ..errors import QrewriteError
 from ..eval import stats
-from ..eval.candidates import deploy_candidate
+from ..eval.candidates import RULE_REWRITES, deploy_candidate
+from ..eval.hits import hit_at_1
 from ..io_utils import read_json, read_jsonl
-from ..metrics import TIE_RULE, gold_ranking
-from ..rag.providers import make_rag
+from ..metrics import TIE_RULE
+from ..release.folder import load_release
 from . import load, server
 
 log = logging.getLogger(__name__)
@@ -48,24 +49,38 @@ def production_commands(cfg: dict, model: str, name: str, max_batch_size: int, d
     }
 
 
-async def _hit_at_1(rag, rows: list[dict], rewrites: dict[str, str]) -> list[float | None]:
-    """Tie-aware Hit@1 per row (None without gold); an empty rewrite retrieves nothing, as in the eval."""
-    async def one(row: dict) -> float | None:
-        if not row["gold_doc_ids"]:
-            return None
-        text = rewrites.get(row["query_id"]) or ""
-        hits = await rag.search(row["query"], text) if text else []
-        return gold_ranking(hits, row["gold_doc_ids"])["hit_at_1"]
-
-    return list(await asyncio.gather(*(one(r) for r in rows)))
-
-
-async def _score(cfg: dict, tenant: dict, rows: list[dict], texts: dict[str, dict[str, str]]) -> dict:
-    rag = make_rag(cfg, tenant)
-    try:
-        return {name: await _hit_at_1(rag, rows, t) for name, t in texts.items()}
-    finally:
-        await rag.aclose()
+def rule_check(cfg: dict, tenant: dict, rows: list[dict], released: dict, *, spec: dict, model: str,
+               recorded: dict, inproc: dict[str, dict]) -> dict:
+    """The release is a rule (no model beat it on validation): there is no model to serve. The RAG service
+    applies the rule itself; the check applies it to the eval rows, sends them through the RAG provider and
+    compares with the eval's in-process rows of the release."""
+    served = {r["query_id"]: r["rewrite"] for r in RULE_REWRITES[released["rule"]](spec, rows)}
+    texts = {"in_process": {qid: _text(r) for qid, r in inproc.items()}, "served": served}
+    scored = hit_at_1(cfg, tenant, rows, texts)
+    boot = cfg["eval"]["bootstrap"]
+    bkw = dict(samples=boot["samples"], seed=boot["seed"], confidence=boot["confidence"])
+    paired = stats.paired(scored["served"], scored["in_process"], **bkw)
+    inproc_h1 = stats.mean_ci(scored["in_process"], **bkw)
+    recorded_h1 = recorded["hit_at_1"]["mean"]
+    log.warning("tenant %s: the release is the rule %s (%s): no model to serve; the RAG service sends %s",
+                tenant["name"], released["name"], released["rule"], released["sends"])
+    return {
+        "tenant": tenant["name"], "candidate": spec["name"], "model": None, "release_folder": model,
+        "split": cfg["eval"]["split"], "serves": "rule", "released": released,
+        "n_queries": len(rows), "n_with_gold": sum(1 for r in rows if r["gold_doc_ids"]),
+        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "note": f"no trained model beat {released['name']} on validation: the tenant gets the rule, not a model. "
+                f"Its RAG service sends {released['sends']}; there is no rewrite server to run.",
+        "rag": {"provider": cfg["rag"]["provider"], "top_k": cfg["rag"]["top_k"]},
+        "tie_rule": TIE_RULE,
+        "hit_at_1": {"served": stats.mean_ci(scored["served"], **bkw)["mean"], "in_process": inproc_h1["mean"],
+                     "in_process_eval_json": recorded_h1, "eval_json_reproduced": _same(recorded_h1, inproc_h1["mean"]),
+                     "paired_served_minus_in_process": paired,
+                     "within_noise": None if paired["diff"] is None else paired["ci_low"] <= 0 <= paired["ci_high"],
+                     "in_process_ci": inproc_h1,
+                     "identical_rewrites": sum(1 for q, t in served.items() if t == texts["in_process"].get(q))},
+        "production": {"rule": released["rule"], "sends": released["sends"], "command": None},
+    }
 
 
 def _in_process(path: str, rows: list[dict], candidate: str) -> dict[str, dict]:
@@ -89,19 +104,23 @@ def run_check(cfg: dict, tenant: dict, rows: list[dict], *, model: str, eval_jso
               server_log: str, threads: int | None) -> dict:
     dcfg, ecfg = cfg["deploy"], cfg["eval"]
     spec = deploy_candidate(cfg)
-    if not os.path.isfile(os.path.join(model, "config.json")):
-        raise QrewriteError("not a Hugging Face model folder (no config.json)", file=model,
-                            hint="build it first: snakemake models (deploy serves the merged RL model)")
+    released = load_release(model)["released"] if spec["kind"] == "release" else None
     recorded = read_json(eval_json)["candidates"].get(spec["name"])
     if recorded is None:
         raise QrewriteError(f"eval.json has no candidate {spec['name']!r}", file=eval_json,
                             hint="rerun snakemake eval with deploy.candidate among eval.candidates")
     inproc = _in_process(eval_rewrites, rows, spec["name"])
-    if (ecfg["generation"].get("copy_bias") or (spec.get("generation") or {}).get("copy_bias")):
+    if released is not None and released["kind"] == "rule":
+        return rule_check(cfg, tenant, rows, released, spec=spec, model=model, recorded=recorded, inproc=inproc)
+    if not os.path.isfile(os.path.join(model, "config.json")):
+        raise QrewriteError("not a Hugging Face model folder (no config.json)", file=model,
+                            hint="build it first: snakemake models (deploy serves the release by default)")
+    decoding = {**ecfg["generation"], **(spec.get("generation") or {}), **((released or {}).get("decoding") or {})}
+    if decoding.get("copy_bias"):
         log.warning("eval.generation.copy_bias is set: the in-process eval biased decoding towards each row's own "
                     "tokens, which the server does not (an OpenAI API caller can send it as logit_bias with vLLM; "
                     "swift deploy ignores it): served and in-process rewrites may differ")
-    if {**ecfg["generation"], **(spec.get("generation") or {})}.get("trim_loops"):
+    if decoding.get("trim_loops"):
         log.warning("eval.generation.trim_loops is set: the in-process eval cut looping rewrites where the loop "
                     "began; a served rewrite is measured as the server returns it (a caller can cut it the same "
                     "way: qrewrite.eval.degenerate.trim_loop)")
@@ -145,7 +164,7 @@ def run_check(cfg: dict, tenant: dict, rows: list[dict], *, model: str, eval_jso
 
     texts = {"in_process": {qid: _text(r) for qid, r in inproc.items()}}
     texts.update({f"served_c{c}": {r["query_id"]: _text(r) for r in res} for c, (res, _) in passes.items()})
-    scored = asyncio.run(_score(cfg, tenant, rows, texts))
+    scored = hit_at_1(cfg, tenant, rows, texts)
     boot = ecfg["bootstrap"]
     bkw = dict(samples=boot["samples"], seed=boot["seed"], confidence=boot["confidence"])
     inproc_h1 = stats.mean_ci(scored["in_process"], **bkw)
@@ -166,6 +185,7 @@ def run_check(cfg: dict, tenant: dict, rows: list[dict], *, model: str, eval_jso
     recorded_h1 = recorded["hit_at_1"]["mean"]
     return {
         "tenant": tenant["name"], "candidate": spec["name"], "model": model, "split": ecfg["split"],
+        "serves": "model", "released": released,
         "n_queries": len(rows), "n_with_gold": sum(1 for r in rows if r["gold_doc_ids"]),
         "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"host": platform.node(), "cpus": os.cpu_count(), "device": device, "threads": threads},

@@ -27,6 +27,10 @@ def cmd_deploy_check(args) -> None:
         log.warning("eval.json records Hit@1 %s for %s, but its rewrites score %s through the RAG now: the RAG "
                     "service or KB changed since the eval; the paired difference uses the rescored value",
                     h["in_process_eval_json"], doc["candidate"], h["in_process"])
+    if doc["serves"] == "rule":
+        log.info("deploy %s: the release is a rule (%s), nothing to serve; Hit@1 through the RAG %s vs eval %s -> %s",
+                 tenant["name"], doc["released"]["rule"], h["served"], h["in_process_eval_json"], args.out)
+        return
     log.info("deploy %s: Hit@1 served %s vs in-process %s (paired diff %s, within noise: %s) -> %s", tenant["name"],
              h["served"], h["in_process"], h["paired_served_minus_in_process"]["diff"], h["within_noise"], args.out)
 
@@ -35,7 +39,7 @@ def register(sub) -> None:
     p = sub.add_parser("deploy-check", help="serve a tenant's model as an OpenAI-compatible endpoint on loopback, run the "
                        "eval split through it and the RAG service → deploy.json (latency, throughput, Hit@1, "
                        "the production command); the server is always stopped")
-    common(p, ("--model", "merged HF model folder (models/T/rl)"),
+    common(p, ("--model", "the release folder (models/T/release: a model or a rule) or a merged HF model folder"),
            ("--test", "the eval split (results/T/sft/test.jsonl)"),
            ("--queries", "results/T/queries.jsonl"),
            ("--eval-json", "reports/T/eval.json (the in-process Hit@1)"),

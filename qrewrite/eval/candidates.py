@@ -24,6 +24,10 @@ from ..errors import QrewriteError
 from ..io_utils import read_jsonl
 from ..paths import artifact_paths
 
+# Kinds that eval_generate rewrites (in the swift env): a local model, and the release, which is a model or a
+# rule (models/T/release/release.json says which).
+MODEL_KINDS = ("model", "release")
+
 
 def eval_rows(test_path: str, queries_path: str, max_rows: int | None) -> list[dict]:
     """The test split's queries in file order (first `max_rows`), joined with their queries.jsonl row."""
@@ -68,7 +72,10 @@ def candidate_spec(cfg: dict, name: str) -> dict:
 
 
 def model_path(spec: dict, tenant: dict) -> str:
-    """A model candidate's folder: an artifact key (base_model, sft_merged, rl_model) or a literal path."""
+    """A model candidate's folder: an artifact key (base_model, sft_merged, rl_model) or a literal path; the
+    release's is models/T/release."""
+    if spec["kind"] == "release":
+        return artifact_paths(tenant)["release"]
     if spec.get("artifact"):
         paths = artifact_paths(tenant)
         if spec["artifact"] not in paths:
@@ -92,6 +99,10 @@ def query_history_rewrites(spec: dict, rows: list[dict]) -> list[dict]:
     return [{**_base(spec, r), "status": "ok", "reason": None,
              "rewrite": f"{r['query']} {r['history'] or ''}".strip(), "model": None,
              "latency_s": 0.0, "compute_s": 0.0, "cost_usd": 0.0, "usage": None} for r in rows]
+
+
+# The rules: rewrites without a model (what a release can be when no trained model beats them on validation).
+RULE_REWRITES = {"raw": raw_rewrites, "query_history": query_history_rewrites}
 
 
 def teacher_rewrites(spec: dict, rows: list[dict], teacher_path: str, cfg: dict | None = None,
@@ -188,10 +199,26 @@ def model_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], model_
     return out, {**info, "gpu_hour_usd": price}
 
 
+def release_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], folder: str,
+                     threads: int | None) -> list[dict]:
+    """The release's rewrites: its rule's, or its model's with the decoding the release chose on validation
+    (models/T/release/release.json). Each row names what was released (`released`)."""
+    from ..release.folder import load_release
+
+    released = load_release(folder)["released"]
+    if released["kind"] == "rule":
+        out = RULE_REWRITES[released["rule"]](spec, rows)
+    else:
+        out, info = model_rewrites({**spec, "generation": released["decoding"]}, cfg, tenant, rows, folder, threads)
+        out = [{**r, "generation": info} for r in out]
+    return [{**r, "released": released["name"]} for r in out]
+
+
 def deploy_candidate(cfg: dict) -> dict:
-    """The eval candidate `deploy.candidate` names; it must be a local model (kind model)."""
+    """The eval candidate `deploy.candidate` names; it must be a local model or the release (kind model, release)."""
     spec = candidate_spec(cfg, cfg["deploy"]["candidate"])
-    if spec["kind"] != "model":
+    if spec["kind"] not in ("model", "release"):
         raise QrewriteError(f"deploy.candidate {spec['name']!r} is an eval candidate of kind {spec['kind']}, "
-                            "not a local model", hint="name a kind: model candidate, e.g. rl")
+                            "not a local model or the release", hint="name the release (the default) or a kind: "
+                                                                     "model candidate, e.g. rl")
     return spec

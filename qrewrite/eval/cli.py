@@ -22,12 +22,12 @@ def cmd_eval_rewrites(args) -> None:
 
 def _rewrites(args, generate: bool) -> None:
     from ..io_utils import write_jsonl
-    from .candidates import (api_rewrites, candidate_spec, eval_rows, extra_rows, model_rewrites,
-                             query_history_rewrites, raw_rewrites, teacher_rewrites)
+    from .candidates import (MODEL_KINDS, api_rewrites, candidate_spec, eval_rows, extra_rows, model_rewrites,
+                             query_history_rewrites, raw_rewrites, release_rewrites, teacher_rewrites)
 
     cfg, tenant = load(args)
     spec = candidate_spec(cfg, args.candidate)
-    if (spec["kind"] == "model") != generate:  # the two rules run in different envs and containers
+    if (spec["kind"] in MODEL_KINDS) != generate:  # the two rules run in different envs and containers
         other = "eval-rewrites" if generate else "eval-generate"
         raise QrewriteError(f"candidate {spec['name']} is of kind {spec['kind']}: use `qrewrite {other}`",
                             hint="eval-generate runs the local models (kind model), eval-rewrites the others")
@@ -47,6 +47,8 @@ def _rewrites(args, generate: bool) -> None:
         out = teacher_rewrites(spec, rows, args.teacher, cfg, tenant)
     elif kind == "openai":
         out = api_rewrites(spec, cfg, tenant, rows)
+    elif kind == "release":
+        out = release_rewrites(spec, cfg, tenant, rows, args.model, args.threads)
     else:  # model: --model is required by eval-generate's parser
         out, info = model_rewrites(spec, cfg, tenant, rows, args.model, args.threads)
         out = [{**r, "generation": info} for r in out]
@@ -91,14 +93,14 @@ def cmd_eval(args) -> None:
 
 
 def register(sub) -> None:
-    for name, func, what in (("eval-generate", cmd_eval_generate, "a local model candidate's (kind model)"),
+    for name, func, what in (("eval-generate", cmd_eval_generate, "a local model's or the release's (kind model, release)"),
                              ("eval-rewrites", cmd_eval_rewrites, "a raw, query_history, teacher or API candidate's")):
         p = sub.add_parser(name, help=f"{what} rewrites of the test split, gold and red-team rows (with latency, cost)")
         common(p, ("--candidate", "eval.candidates[].name"),
                ("--test", "the SFT split evaluated on (results/T/sft/test.jsonl)"),
                ("--queries", "results/T/queries.jsonl (query, profile, history)"))
         if func is cmd_eval_generate:
-            p.add_argument("--model", required=True, help="HF model folder")
+            p.add_argument("--model", required=True, help="HF model folder, or the release folder (models/T/release)")
             p.add_argument("--threads", type=int, help="CPU threads for generation")
         else:
             p.add_argument("--teacher", help="results/T/teacher.jsonl (kind teacher)")

@@ -71,7 +71,9 @@ def _cost_per_1k(rewrites: list[dict], kind: str) -> tuple[float | None, str]:
         return 0.0, "no rewrite call"
     costs = [r.get("cost_usd") for r in rewrites if r.get("status") == "ok"]
     basis = {"model": "eval.gpu_hour_usd x generation time", "openai": "teacher.prices x tokens",
-             "teacher": "teacher rows (teacher.prices x tokens; 0 for the embedded resolve/prf teachers)"}[kind]
+             "teacher": "teacher rows (teacher.prices x tokens; 0 for the embedded resolve/prf teachers)",
+             "release": "the released model: eval.gpu_hour_usd x generation time (0: a released rule calls nothing)"
+             }[kind]
     if not costs or any(c is None for c in costs):
         return None, basis + " (unknown: a price is missing)"
     return round(1000.0 * sum(costs) / len(costs), 6), basis
@@ -152,6 +154,7 @@ def evaluate(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[str, list
         candidates[name] = {
             "kind": kinds[name],
             "model": next((r.get("model") for r in rws if r.get("model")), None),
+            **({"released": rws[0]["released"]} if rws and rws[0].get("released") else {}),
             "n": n,
             "errors": sum(1 for r in rws if r.get("status") != "ok"),
             **{m: stats.mean_ci([s[m] for s in per], **bkw) for m in METRICS},

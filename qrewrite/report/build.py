@@ -17,6 +17,7 @@ from pathlib import Path
 from ..errors import QrewriteError
 from ..io_utils import read_json, read_jsonl, write_text_atomic
 from ..paths import eval_paths, tenant_paths
+from ..release.folder import RELEASE_FILE
 from . import svg
 from .tensorboard import read_scalars
 
@@ -85,12 +86,39 @@ def headline_table(evals: dict[str, dict]) -> str:
             + "".join(rows) + "</table>")
 
 
+def release_table(evals: dict[str, dict], releases: dict[str, dict]) -> str:
+    """What each tenant gets (models/T/release, chosen on validation) and how it does on test, beside pasting the
+    history and the teacher: the first thing the report says."""
+    rows = []
+    for tenant, rel in releases.items():
+        doc = evals[tenant]
+        c = doc["candidates"]
+        val = "; ".join(f"{escape(f['name'])} {_fmt(f['mean'])} <span class=ci>[{_fmt(f['ci_low'])}, "
+                        f"{_fmt(f['ci_high'])}]</span>" for f in rel["candidates"])
+        diff = (doc["comparisons"].get("release_vs_query_history") or {}).get("hit_at_1") or {}
+        vs_qh = (f"{diff['diff']:+.3f} <span class=ci>[{diff['ci_low']:+.3f}, {diff['ci_high']:+.3f}]</span>"
+                 if diff.get("diff") is not None else "–")
+        test = "".join(_ci_cell(c[n]["hit_at_1"]) if n in c else "<td>–</td>"
+                       for n in ("release", "query_history", "teacher"))
+        rows.append(f"<tr><td class=l>{escape(tenant)}</td><td class=l><b>{escape(rel['released']['name'])}</b>"
+                    f"<br><span class=ci>{escape(rel['released']['kind'])}</span></td>{test}<td>{vs_qh}</td>"
+                    f"<td class=l><span class=ci>{escape(rel['decision']['why'])}. Validation Hit@1 "
+                    f"({rel['n_with_gold']} rows): {val}</span></td></tr>")
+    if not rows:
+        return ""
+    return ("<table><tr><th class=l>tenant</th><th class=l>release</th><th>test Hit@1</th><th>query + history</th>"
+            "<th>teacher</th><th>release − q+h</th><th class=l>chosen on validation</th></tr>" + "".join(rows)
+            + "</table><p class=note>The release is chosen on the validation split alone (a costlier candidate "
+            "must do better there; a tie goes to the cheaper) and measured here on test rows it never saw. "
+            "Tie-aware Hit@1 with bootstrap intervals.</p>")
+
+
 def claims_table(evals: dict[str, dict]) -> str:
     """The paired comparisons behind the headline ("RL beats SFT"), one row per tenant and pair."""
     rows = []
     for tenant, doc in evals.items():
         for pair, metrics in doc["comparisons"].items():
-            if not pair.startswith(("rl_", "sft_")):
+            if not pair.startswith(("release_", "rl_", "sft_")):
                 continue
             cells = []
             for m in ("judge", "hit_at_1", "quality"):
@@ -216,13 +244,11 @@ def vs_parent_note(v: dict | None) -> str:
     d = v[v["basis"]]
     verdict = ("<b class=bad>RL is worse than its SFT parent beyond noise</b>: the model was kept; prefer SFT"
                if v["worse_beyond_noise"] else "not worse than its SFT parent beyond noise")
-    ship = (f" Model to ship: <b>{escape(v['ship'].upper())}</b> (the better on validation; a tie keeps SFT)."
-            if v.get("ship") else "")
     deg = v.get("degenerate") or {}
     loops = (f" Degenerate rewrites on validation: SFT {deg['sft']['n']}, RL {deg['rl']['n']}." if deg else "")
     return (f"<p class=note>RL vs SFT on {v['n']} validation prompts: {escape(v['basis'])} RL − SFT "
             f"{_fmt(d['diff'])} [{_fmt(d['ci_low'])}, {_fmt(d['ci_high'])}], {v['changed_rewrites']} rewrites "
-            f"changed; {verdict}.{ship}{loops}</p>")
+            f"changed; {verdict}.{loops} What the tenant gets: the release, above.</p>")
 
 
 def funnel_block(summary: dict) -> str:
@@ -390,7 +416,7 @@ def tenant_section(tenant: str, doc: dict, examples: list[dict], summary: dict) 
 
 def render(cfg: dict) -> str:
     tenants = [t["name"] for t in cfg["tenants"]]
-    evals, sections = {}, []
+    evals, sections, releases = {}, [], {}
     for t in tenants:
         ep, tp = eval_paths(t), tenant_paths(t)
         for path in (ep["eval_json"], ep["examples"], tp["summary"]):
@@ -398,6 +424,9 @@ def render(cfg: dict) -> str:
                 raise QrewriteError("report input not found", file=path,
                                     hint="run the eval stage for every tenant first (snakemake / dvc repro)")
         evals[t] = read_json(ep["eval_json"])
+        rel = Path(tp["release"]) / RELEASE_FILE
+        if rel.is_file():
+            releases[t] = read_json(rel)
         sections.append(tenant_section(t, evals[t], read_jsonl(ep["examples"]), read_json(tp["summary"])))
     from ..lineage.environment import code_version
 
@@ -410,7 +439,8 @@ def render(cfg: dict) -> str:
             f"<div class=meta>{len(tenants)} tenants · generated {stamp} · code "
             f"{escape(str(code.get('git_commit') or 'unknown'))[:12]}{' (dirty)' if code.get('dirty') else ''}"
             f"</div></header><nav><a href='#headline'>headline</a>{nav}</nav><main>"
-            "<section id=headline><h2>Headline: teacher vs SFT vs RL</h2>"
+            "<section id=headline><h2>What each tenant gets: the release</h2>"
+            f"{release_table(evals, releases)}<h2>Headline: teacher vs release vs SFT vs RL</h2>"
             "<p class=note>Judge score (the RL reward's judge, 1–5), retrieval top-1 (Hit@1 against the gold documents, "
             "and the top1 reranker score), rewrite latency and cost per 1000 rewrites (API price table for API "
             "candidates; GPU-hour price x generation time for local models).</p>"

@@ -5,8 +5,8 @@ goes through the reward RL optimised (``reward.scorer``, every rollout judged) a
 documents, tie-aware Hit@1 through the tenant's RAG. The paired difference RL − SFT with its bootstrap interval
 (``eval.stats.paired``) says whether RL is worse beyond noise: the interval's upper end below 0 on Hit@1 (on the
 reward where no prompt has gold). The model is kept either way; the verdict goes to the console, stats_rl and the
-report, with the model to ship (``ship``): RL only when its validation mean beats its parent's, else the SFT model
-(eval.json and the report repeat it). Both models' degenerate rewrites (qrewrite.eval.degenerate) are counted.
+report. What the tenant gets is not decided here: the release stage chooses among query + history, SFT and RL on
+validation (qrewrite.release). Both models' degenerate rewrites (qrewrite.eval.degenerate) are counted.
 """
 
 from __future__ import annotations
@@ -75,13 +75,9 @@ def compare_with_parent(cfg: dict, tenant: dict, *, parent: str, child: str, val
     worse = diff["ci_high"] is not None and diff["ci_high"] < 0
     changed = [{"query": r["query"], "sft": a, "rl": b} for r, a, b in zip(rows, rewrites["sft"], rewrites["rl"])
                if a != b]
-    # the model to ship: RL only when it beats its parent on validation (a tie keeps the parent)
-    ship = "rl" if (diff["diff"] or 0) > 0 else "sft"
     from ..eval.degenerate import summarize
 
     out = {"n": len(rows), "basis": basis, "worse_beyond_noise": worse, "reward": reward, "hit_at_1": hit,
-           "ship": ship, "ship_why": f"validation {basis}: RL − SFT {diff['diff']} [{diff['ci_low']}, {diff['ci_high']}]"
-                                     f" over {diff['n']} prompts",
            "degenerate": {name: summarize(degenerate[name], [r["query_id"] for r in rows], rewrites[name])
                           for name in ("sft", "rl")},
            "means": {name: {"reward": round(sum(s["score"] for s in scored[name]) / len(rows), 4),
@@ -96,6 +92,6 @@ def compare_with_parent(cfg: dict, tenant: dict, *, parent: str, child: str, val
     else:
         log.info("RL vs its SFT parent on %d validation prompts: %s RL − SFT %s [%s, %s], %d rewrites changed",
                  len(rows), basis, diff["diff"], diff["ci_low"], diff["ci_high"], len(changed))
-    log.info("ship: %s (%s); degenerate rewrites on validation: SFT %d, RL %d", ship, out["ship_why"],
+    log.info("degenerate rewrites on validation: SFT %d, RL %d (what the tenant gets: the release stage)",
              out["degenerate"]["sft"]["n"], out["degenerate"]["rl"]["n"])
     return out

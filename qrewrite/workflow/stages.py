@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from functools import cache
 
+from ..eval.candidates import MODEL_KINDS
 from ..paths import BASE_MODEL, CONFIG_FILES, REPORT_HTML, deploy_json, eval_paths, tenant_paths
 # Keys that depend on an eval candidate (the job's, or deploy.candidate's): per-item values in dvc.yaml.
 CANDIDATE_FILES = ("candidate_model", "deploy_model")
@@ -154,6 +155,13 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           # eval generation, which can wait. Left to the scheduler, both tenants' RL ran last: make run took
           # 30.6 min instead of 27.8 (fresh clone, 2 idle cores, 2026-11-27).
           env="rl", threads=True, mem_mb=32000, runtime=720, launcher="ray", half="models", priority=10),
+    # the release sees the validation split only (no test, no eval output): tests/test_release.py holds it to that
+    Stage("release", "What the tenant gets, chosen on the validation split: query + history (a rule), SFT or RL, "
+          "each with the decoding levers under consideration; ties go to the cheaper → models/T/release.",
+          "release", args=(i("val"), i("queries"), i("sft", "sft_merged"), i("rl", "rl_model"), o("out", "release")),
+          reads=("kb",), params=("release", "eval.generation", "eval.bootstrap", "rag", "tenant.kb",
+                                 "tenant.language", "tenant.system_prompt", "tenant.tenant_id"),
+          env="swift", threads=True, mem_mb=16000, runtime=60, half="models", priority=5),
     # --- evaluation and report ---------------------------------------------------------------------------
     Stage("eval_generate", "A local model candidate's rewrites (greedy, the SFT prompt) with per-query latency "
           "and GPU-hour cost.", "eval", per="candidate", candidates="model",
@@ -175,7 +183,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           metrics=("eval_json",), plots=("plots",), report="Evaluation", runtime=30, half="eval"),
     Stage("report", "reports/index.html over every tenant: tables, metric bars, training curves, data funnel, "
           "lineage.", "report", per="all_tenants", args=(o("out", "report_html"),),
-          reads=("eval_json", "examples", "summary", "data_card", "data_card_json", "tb_sft", "tb_rl"),
+          reads=("eval_json", "examples", "summary", "data_card", "data_card_json", "tb_sft", "tb_rl", "release"),
           params=("eval",), report="Report", mem_mb=1000, half="eval"),
     # --- the distilled judge (`snakemake judge`, not in `all`; an optional study: Snakemake only, as the deploy check)
     Stage("judge_data", "The distilled judge's items: labelled judgements from the tenant's data and the student's "
@@ -218,7 +226,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
 )}
 
 # Artifact keys that are folders (Snakemake `directory()` outputs).
-DIRECTORIES = frozenset({"base_model", "sft_model", "sft_merged", "rl_model", "tb_sft", "tb_rl", "judge_sft_model",
+DIRECTORIES = frozenset({"base_model", "sft_model", "sft_merged", "rl_model", "release", "tb_sft", "tb_rl", "judge_sft_model",
                          "judge_sft_merged", "judge_model", "tb_judge_sft", "tb_judge_grpo"})
 
 
@@ -260,7 +268,7 @@ def jobs(s: Stage, cfg: dict, tenants: list[str] | None = None) -> list[tuple[di
 
 def candidates(s: Stage, cfg: dict) -> list[dict]:
     """The eval candidates a per-candidate stage runs for: local models, or every other kind."""
-    return [c for c in cfg["eval"]["candidates"] if (c["kind"] == "model") == (s.candidates == "model")]
+    return [c for c in cfg["eval"]["candidates"] if (c["kind"] in MODEL_KINDS) == (s.candidates == "model")]
 
 
 def resolve(key: str, tenant: str, given: dict, cfg: dict, candidate: str | None = None) -> str | list[str] | None:
@@ -296,7 +304,7 @@ def given_files(tenant: dict, cfg: dict, candidate: dict | None = None) -> dict:
     from ..eval.candidates import deploy_candidate, model_path
 
     out = {k: tenant.get(k) for k in CONFIG_FILES} | {"kb": tenant["kb"]["path"]}
-    if candidate is not None and candidate["kind"] == "model":
+    if candidate is not None and candidate["kind"] in MODEL_KINDS:
         out["candidate_model"] = model_path(candidate, tenant)
     if cfg["deploy"]["candidate"] in {c["name"] for c in cfg["eval"]["candidates"]}:
         out["deploy_model"] = model_path(deploy_candidate(cfg), tenant)

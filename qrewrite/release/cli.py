@@ -1,0 +1,79 @@
+"""`qrewrite release` (rule release): what the tenant gets, chosen on the validation split only."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from ..cli_args import common, load
+
+log = logging.getLogger("qrewrite.release")
+
+
+def cmd_release(args) -> None:
+    from ..envs import ensure_env
+
+    ensure_env("swift", args.argv)  # the student models generate with transformers, in the swift env
+    from ..eval import stats
+    from ..eval.candidates import eval_rows
+    from ..lineage.record import write_lineage
+    from .folder import RULE_TEXT, write_release
+    from .score import release_candidates, score
+    from .select import choose
+
+    cfg, tenant = load(args)
+    started = time.time()
+    rows = eval_rows(args.val, args.queries, None)
+    gold_rows = [r for r in rows if r["gold_doc_ids"]]  # only these can be scored: the others need no rewrite
+    cands = release_candidates(cfg)
+    models = {"sft_merged": args.sft, "rl_model": args.rl}
+    margin = cfg["release"]["margin"]
+    if gold_rows:
+        figures, per_row = score(cfg, tenant, gold_rows, cands, models, args.threads)
+    else:
+        figures, per_row = [{"name": c["name"], "mean": None, "ci_low": None, "ci_high": None, "n": 0}
+                            for c in cands], {}
+    decision = choose(figures, margin)
+    won = cands[decision["index"]]
+    boot = cfg["eval"]["bootstrap"]
+    bkw = dict(samples=boot["samples"], seed=boot["seed"], confidence=boot["confidence"])
+
+    def paired(a: str, b: str) -> dict | None:
+        return stats.paired(per_row[a], per_row[b], **bkw) if per_row else None
+
+    table = [{**f, "source": c["source"], "kind": c["kind"], "artifact": c["artifact"], "decoding": c["decoding"],
+              f"minus_{cands[0]['name']}": paired(c["name"], cands[0]["name"]) if i else None}
+             for i, (f, c) in enumerate(zip(figures, cands))]
+    released = {"name": won["name"], "source": won["source"],
+                "kind": "rule" if won["kind"] != "model" else "model"}
+    if released["kind"] == "model":
+        released |= {"artifact": won["artifact"], "model_dir": models[won["artifact"]], "decoding": won["decoding"]}
+    else:
+        released |= {"rule": won["kind"], "sends": RULE_TEXT[won["kind"]]}
+    doc = {"tenant": tenant["name"], "split": "val", "split_path": args.val, "n_val_rows": len(rows),
+           "n_with_gold": len(gold_rows),
+           "basis": "tie-aware Hit@1 of each candidate's rewrites of the validation rows with gold documents, "
+                    "through the tenant's RAG provider (test rows are never read)",
+           "released": released, "decision": {**decision, "margin": margin},
+           "candidates": table,
+           "released_minus": {c["name"]: paired(won["name"], c["name"]) for c in cands if c is not won}}
+    write_release(args.out, doc, models[won["artifact"]] if released["kind"] == "model" else None)
+    write_lineage(args.out, rule="release", tenant=tenant["name"],
+                  inputs={"val": args.val, "queries": args.queries, "sft": args.sft, "rl": args.rl},
+                  params={"release": cfg["release"], "released": released, "decision": doc["decision"],
+                          "validation": [{k: f[k] for k in ("name", "mean", "ci_low", "ci_high", "n")}
+                                         for f in figures]},
+                  config=cfg, env="swift", started=started, ended=time.time())
+    log.info("release %s: %s (%s) -> %s", tenant["name"], won["name"], decision["why"], args.out)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("release", help="choose what the tenant gets on the validation split (query + history, the "
+                       "SFT or the RL student, each with its decoding levers; a tie goes to the cheaper) → "
+                       "models/T/release (release.json, the model's files or none for a rule, lineage.json)")
+    common(p, ("--val", "the validation split (results/T/sft/val.jsonl): the only rows the choice sees"),
+           ("--queries", "results/T/queries.jsonl (query, profile, history, gold)"),
+           ("--sft", "the merged SFT model (models/T/sft-merged)"), ("--rl", "the merged RL model (models/T/rl)"),
+           ("--out", "models/T/release"))
+    p.add_argument("--threads", type=int, help="CPU threads for generation")
+    p.set_defaults(func=cmd_release)

