@@ -71,12 +71,17 @@ def test_the_release_stage_is_given_no_test_rows_and_no_eval_output():
     assert "release" not in {k for st in STAGES.values() if st.half == "data" for k in st.keys("in")}
 
 
-# The release command in the swift env's Python, with an audit hook recording every path the process opens.
+# The release command in the swift env's Python, with an audit hook recording every path the process opens
+# until the command's own audit event says the choice is written (lineage hashing, which reads every upstream
+# file's bytes, comes after it).
 AUDITED = """
 import json, os, sys
 opened = []
+decided = []
 def hook(event, args):
-    if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
+    if event == "qrewrite.release.decided":
+        decided.append(args[0])
+    elif event == "open" and not decided and args and isinstance(args[0], (str, bytes, os.PathLike)):
         opened.append(os.path.realpath(os.fsdecode(args[0])))
 sys.addaudithook(hook)
 from qrewrite.cli import main
@@ -84,7 +89,7 @@ try:
     rc = main(sys.argv[2:])
 finally:
     with open(sys.argv[1], "w") as fh:
-        json.dump(opened, fh)
+        json.dump({"opened": opened, "decided": decided}, fh)
 sys.exit(rc)
 """
 
@@ -102,10 +107,13 @@ def released(tmp_path_factory, smollm2_base):
     cfg["eval"]["generation"].update({"max_new_tokens": 12, "batch_size": 8})
     project.set_config(cfg)
     project.update_tenant(TENANT, judge_labels=None, gold_set=None, red_team=None)  # the split's rows only
-    for stage in ("build-excel", "ingest", "teacher", "validate", "split"):
+    # the data half and the RL prompts: the release's lineage walks back through them to the raw Excel
+    for stage in ("build-excel", "ingest", "teacher", "validate", "split", "reward-check", "summarize", "data-card",
+                  "rl-data"):
         project.stage(stage)
-    models = project.root / "models" / TENANT
-    models.mkdir(parents=True)
+    (project.root / PATHS["sft_model"]).mkdir(parents=True)  # the adapter stands in empty: only hashed here
+    (project.root / PATHS["sft_model"] / "adapter_config.json").write_text("{}")
+    os.symlink(smollm2_base, project.root / "models" / "base")
     for key in ("sft_merged", "rl_model"):  # the same tiny model twice: RL can only tie SFT
         os.symlink(smollm2_base, project.root / PATHS[key])
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
@@ -135,7 +143,9 @@ def test_the_release_never_opens_the_test_split(released):
     val_split = os.path.realpath(project.root / PATHS["val"])
     assert Path(test_split).is_file()  # it is there to be read: the stage does not
     for name in ("opened_shipped.json", "opened_sft_rl.json", "opened_rule.json"):
-        opened = set(json.loads((root / name).read_text()))
+        audit = json.loads((root / name).read_text())
+        assert len(audit["decided"]) == 1, name  # the event came, once: the phase before it is the choice
+        opened = set(audit["opened"])
         assert val_split in opened, name  # the hook does see the files the stage reads
         assert test_split not in opened, name
         assert not [p for p in opened if "/reports/" in p or f"/results/{TENANT}/eval/" in p], name

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import time
 
 from ..cli_args import common, load
@@ -58,6 +59,10 @@ def cmd_release(args) -> None:
            "candidates": table,
            "released_minus": {c["name"]: paired(won["name"], c["name"]) for c in cands if c is not won}}
     write_release(args.out, doc, models[won["artifact"]] if released["kind"] == "model" else None)
+    # The choice is made and written. What follows only records lineage: it hashes every upstream artifact, the
+    # test split among them (the data card summarizes it), and reads none of it. tests/test_release.py listens
+    # for this event to check that nothing before it opened the test split.
+    sys.audit("qrewrite.release.decided", args.out)
     write_lineage(args.out, rule="release", tenant=tenant["name"],
                   inputs={"val": args.val, "queries": args.queries, "sft": args.sft, "rl": args.rl},
                   params={"release": cfg["release"], "released": released, "decision": doc["decision"],
