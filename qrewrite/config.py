@@ -61,15 +61,20 @@ def validate_config(cfg: dict, source: str = "config") -> dict:
         raise QrewriteError(f"split.train + split.val + split.test must sum to 1 (they sum to "
                             f"{split['train'] + split['val'] + split['test']:g})", file=source,
                             hint="e.g. split: {train: 0.8, val: 0.1, test: 0.1}")
-    if cfg["teacher"]["provider"] == "column":
-        missing = [t["name"] for t in cfg["tenants"] if not t["columns"].get("rewrite")]
-        if missing:
-            raise QrewriteError(f"teacher.provider is column but tenants {missing} have no columns.rewrite",
-                                file=source, hint="name the sheet's reference-rewrite column in tenants[].columns."
-                                                  "rewrite, or use another teacher.provider")
+    missing = [t["name"] for t in cfg["tenants"]
+               if tenant_teacher(cfg, t)["provider"] == "column" and not t["columns"].get("rewrite")]
+    if missing:
+        raise QrewriteError(f"teacher.provider is column for tenants {missing}, which have no columns.rewrite",
+                            file=source, hint="name the sheet's reference-rewrite column in tenants[].columns.rewrite, "
+                                              "or give those tenants another teacher (tenants[].teacher.provider)")
     _check_eval(cfg["eval"], source)
     _check_openai(cfg, source)
     return cfg
+
+
+def tenant_teacher(cfg: dict, tenant: dict) -> dict:
+    """The teacher settings of one tenant: the global teacher block, with the tenant's own `teacher` over it."""
+    return {**cfg["teacher"], **(tenant.get("teacher") or {})}
 
 
 def _check_openai(cfg: dict, source: str) -> None:
@@ -84,7 +89,8 @@ def _check_openai(cfg: dict, source: str) -> None:
         return {k: v.get("default") for k, v in node["properties"]["openai"]["properties"].items()}
 
     blocks = []
-    if teacher["provider"] == "openai":
+    providers = {tenant_teacher(cfg, t)["provider"] for t in cfg["tenants"]}
+    if "openai" in providers:
         blocks.append((teacher["openai"], "teacher.openai", defaults(props["teacher"])))
     if judge["provider"] == "openai":
         blocks.append((judge["openai"], "reward.judge.openai",
@@ -93,9 +99,9 @@ def _check_openai(cfg: dict, source: str) -> None:
                for i, c in enumerate(cfg["eval"]["candidates"]) if c["kind"] == "openai"]
     for block, setting, block_defaults in blocks:
         check_block(block, setting, block_defaults, source)
-    if teacher["mode"] == "batch" and teacher["provider"] != "openai":
-        raise QrewriteError(f"config key teacher.mode: batch needs teacher.provider openai (it is "
-                            f"{teacher['provider']})", file=source, hint="set teacher.mode: sync")
+    if teacher["mode"] == "batch" and providers != {"openai"}:
+        raise QrewriteError(f"config key teacher.mode: batch needs teacher.provider openai for every tenant (they "
+                            f"use {sorted(providers)})", file=source, hint="set teacher.mode: sync")
 
 
 def _check_eval(ecfg: dict, source: str) -> None:

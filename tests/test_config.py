@@ -198,3 +198,20 @@ def test_snakemake_validate_rejects_what_we_reject():
         validate(copy.deepcopy(bad), str(SCHEMA_PATH))
     with pytest.raises(QrewriteError):
         validate_config(bad)
+
+
+def test_a_tenant_names_its_own_teacher():
+    """tenants[].teacher: a tenant with people's rewrites (provider column) beside tenants the global teacher
+    serves; the column check names only the tenants whose own teacher is the column."""
+    from qrewrite.config import tenant_teacher
+    from qrewrite.teacher.stage import make_teacher
+
+    people = tenant("people", columns={"rewrite": "参考改写"}, teacher={"provider": "column"})
+    cfg = validate_config({"tenants": [tenant(), people]})
+    assert [tenant_teacher(cfg, t)["provider"] for t in cfg["tenants"]] == ["resolve", "column"]
+    assert tenant_teacher(cfg, cfg["tenants"][1])["cache_dir"] == cfg["teacher"]["cache_dir"]  # the rest: global
+    assert make_teacher(cfg, cfg["tenants"][1]).column == "参考改写"
+    with pytest.raises(QrewriteError, match=r"tenants \['acme'\], which have no columns.rewrite"):
+        validate_config({"tenants": [tenant(teacher={"provider": "column"}), people]})
+    with pytest.raises(QrewriteError, match=r"tenants\.0\.teacher"):
+        validate_config({"tenants": [tenant(teacher={"model": "gpt-5"})]})

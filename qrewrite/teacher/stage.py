@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections import Counter
 
+from ..config import tenant_teacher
 from ..errors import ServiceUnavailable
 from ..prompts import prompt_hash, rewrite_messages
 from ..tasks import gather_with_progress
@@ -22,7 +23,7 @@ CIRCUIT_BREAKER = 20
 
 
 def make_teacher(cfg: dict, tenant: dict):
-    tcfg = cfg["teacher"]
+    tcfg = tenant_teacher(cfg, tenant)
     if tcfg["provider"] == "openai":
         return OpenAITeacher(tcfg["openai"], tcfg["prices"], tcfg["batch"]["price_share"])
     if tcfg["provider"] == "column":
@@ -72,10 +73,11 @@ async def _batch(teacher, cache: DiskCache, tcfg: dict, tenant: dict, queries: l
 
 
 async def run_teacher(cfg: dict, tenant: dict, queries: list[dict], *, progress: bool = True) -> tuple[list, dict]:
+    tcfg = tenant_teacher(cfg, tenant)
     teacher = make_teacher(cfg, tenant)
-    cache = DiskCache(cfg["teacher"]["cache_dir"])
+    cache = DiskCache(tcfg["cache_dir"])
     batch = None
-    sem = asyncio.Semaphore(cfg["teacher"]["concurrency"])
+    sem = asyncio.Semaphore(tcfg["concurrency"])
     consecutive_transient = 0
     transient_failures = 0
     new_calls: list[str] = []  # successful calls made in this run (not from cache)
@@ -109,8 +111,8 @@ async def run_teacher(cfg: dict, tenant: dict, queries: list[dict], *, progress:
         return {**base, "status": "ok", "reason": None, **out}
 
     try:
-        if cfg["teacher"]["mode"] == "batch":
-            batch = await _batch(teacher, cache, cfg["teacher"], tenant, queries)
+        if tcfg["mode"] == "batch":
+            batch = await _batch(teacher, cache, tcfg, tenant, queries)
         results = await gather_with_progress((one(r) for r in queries),
                                              desc=f"teacher[{tenant['name']}:{teacher.provider}]", progress=progress)
     finally:
@@ -141,7 +143,7 @@ async def run_teacher(cfg: dict, tenant: dict, queries: list[dict], *, progress:
              "reasoning_tokens": sum((r.get("usage") or {}).get("reasoning_tokens") or 0
                                      for r in results if r["status"] == "ok"),
              "cost_usd": round(sum(r.get("cost_usd") or 0 for r in results if r["status"] == "ok"), 6),
-             "prices_read": cfg["teacher"]["prices_read"], **({"batch": batch} if batch is not None else {}),
+             "prices_read": tcfg["prices_read"], **({"batch": batch} if batch is not None else {}),
              **({"request": teacher.params} if isinstance(teacher, OpenAITeacher) else {}),  # what was sent
              **unchanged_check(queries, results, teacher)}
     return results, stats
