@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 CORES  ?= 2
 
 .PHONY: run run-quick test env test-env bench clean base-wheels gpu-rehearsal-run
-.PHONY: container-tools containers containers-save test-containers cqr-data cqr rl-check test-tools gpu-kit gpu-rehearsal
+.PHONY: container-tools containers containers-save test-containers cqr-data cqr durdev-data durdev rl-check test-tools gpu-kit gpu-rehearsal
 .PHONY: gpu-rehearsal-clean
 
 $(BIN)/python:
@@ -108,6 +108,14 @@ cqr-data: $(VENV)/.data-env
 
 cqr: cqr-data .venvs/swift/.installed
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --cores $(CORES) --printshellcmds --configfile data/cqr/config.yaml
+
+# dur-dev, real Chinese chit-chat with people's rewrites (../shared/data/dur-dev; not shipped: data/durdev/ is
+# git-ignored), as a tenant with its own teacher (the column), then its whole pipeline (docs/training.md).
+durdev-data: $(VENV)/.data-env
+	$(BIN)/python scripts/make_durdev_tenant.py --out data/durdev
+
+durdev: durdev-data .venvs/swift/.installed
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --cores $(CORES) --printshellcmds --configfile data/durdev/config.yaml
 
 # The documented RL check (bench/rl_check.py, docs/training.md "The RL check"): GRPO with the faithful reward on
 # one tenant, RL vs its SFT parent on the test split and the gold set. Tens of minutes on 2 cores; not part of `make run`.

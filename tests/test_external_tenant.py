@@ -59,3 +59,29 @@ def test_cqr_tenant_judge_and_reward_hold_on_derived_and_crowd_labels(tmp_path, 
     summary = json.loads((project.root / "results/cqr/summary.json").read_text())
     assert summary["signals"]["reward_check"]["judge_auc_derived"] == derived["auc"]
     assert summary["retrieval"]["hit_at_1"]["rewrite"] > summary["retrieval"]["hit_at_1"]["original"]
+
+
+def test_durdev_sits_beside_the_demo_tenants_with_its_own_teacher(tmp_path):
+    """dur-dev (../shared/data/dur-dev, not shipped) added as a user adds a tenant: scripts/make_durdev_tenant.py
+    copies its files and names its columns, its title-less KB and its own teacher (people's rewrites: provider
+    column); one config holds it beside the demo tenants, whose teacher stays the global one."""
+    project = Project(tmp_path / "proj")
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "make_durdev_tenant.py"), "--out", "data/durdev"],
+                          capture_output=True, text=True, cwd=project.root)
+    assert proc.returncode == 0, proc.stderr  # ../shared/data/dur-dev is there on every machine of the project
+    durdev = yaml.safe_load((project.root / "data" / "durdev" / "config.yaml").read_text())["tenants"][0]
+    cfg = project.config
+    cfg["tenants"].append(durdev)
+    project.set_config(cfg)
+    assert project.qrewrite("config").returncode == 0
+    for stage in ("ingest", "teacher", "validate", "split"):
+        project.stage(stage, tenant="durdev")
+    teacher = project.read_jsonl("results/durdev/teacher.jsonl")
+    assert {t["provider"] for t in teacher} == {"column"} and len(teacher) == 391
+    queries = {q["id"]: q for q in project.read_jsonl("results/durdev/queries.jsonl")}
+    assert all(queries[t["id"]]["gold_doc_ids"] for t in teacher)
+    sizes = {s: len(project.read_jsonl(f"results/durdev/sft/{s}.jsonl")) for s in ("train", "val", "test")}
+    assert sizes["val"] >= 30 and sizes["test"] >= 60, sizes  # config.yaml's split: the release can choose
+    for stage in ("build-excel", "ingest", "teacher"):  # the demo tenant beside it keeps the global teacher
+        project.stage(stage, tenant="fivedoctors")
+    assert {t["provider"] for t in project.read_jsonl("results/fivedoctors/teacher.jsonl")} == {"resolve"}

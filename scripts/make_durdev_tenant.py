@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""dur-dev, the development slice of real Chinese chit-chat (../shared/data/dur-dev/, README there), as a tenant
+the way a user adds one: its Excel and KB copied into ``--out`` (git-ignored: the corpus is not shipped), and a
+Snakemake ``--configfile`` naming the sheet's columns, the title-less KB and its own teacher (the people's
+rewrites, ``teacher: {provider: column}``), so it also sits beside the demo tenants in one config.
+
+    python scripts/make_durdev_tenant.py --out data/durdev        # make durdev-data runs this
+    snakemake --cores 2 --configfile data/durdev/config.yaml       # make durdev: its whole pipeline
+
+A row's gold document is its own human rewrite; the other rewrites of the same utterance are distractors in the
+KB, so the utterance alone cannot find its document: only the history can.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from qrewrite.io_utils import write_text_atomic  # noqa: E402
+
+SOURCE = ROOT.parent / "shared" / "data" / "dur-dev"
+SYSTEM_PROMPT = ("你是闲聊对话的改写助手。把用户最后一句话改写成完整独立的句子：用对话历史补全其中的指代和省略，"
+                 "保留原意。只输出改写后的句子。")
+
+
+def tenant(name: str, out: Path) -> dict:
+    return {"name": name, "language": "zh", "system_prompt": SYSTEM_PROMPT,
+            "raw_excel": f"{out.as_posix()}/dur-dev.xlsx", "sheet": None,
+            "columns": {"query": "问题", "profile": "用户画像", "history": "历史摘要", "gold": "gold_doc_ids",
+                        "rewrite": "参考改写", "difficulty": None},
+            "kb": {"path": f"{out.as_posix()}/kb.jsonl", "name": f"{name}_kb",
+                   "fields": {"doc_id": "id", "title": None, "content": "text"}},
+            "teacher": {"provider": "column"}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--source", type=Path, default=SOURCE, help=f"the dur-dev folder (default {SOURCE})")
+    ap.add_argument("--out", type=Path, default=Path("data/durdev"), help="output folder, relative to the project "
+                    "root you run it in: the config names the files by this path (default data/durdev)")
+    ap.add_argument("--name", default="durdev", help="tenant name (default durdev)")
+    args = ap.parse_args(argv)
+    for f in ("dur-dev.xlsx", "kb.jsonl"):
+        if not (args.source / f).is_file():
+            print(f"make_durdev_tenant: {args.source / f} not found (the team's shared/data/dur-dev)", file=sys.stderr)
+            return 2
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    for f in ("dur-dev.xlsx", "kb.jsonl"):
+        shutil.copyfile(args.source / f, out / f)
+    config = {"tenants": [tenant(args.name, args.out)]}
+    write_text_atomic(out / "config.yaml", "# written by scripts/make_durdev_tenant.py\n"
+                      + yaml.safe_dump(config, allow_unicode=True, sort_keys=False))
+    print(f"wrote {out}/: dur-dev.xlsx, kb.jsonl, config.yaml (tenant {args.name}); run: "
+          f"snakemake --cores 2 --configfile {args.out.as_posix()}/config.yaml")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
