@@ -28,7 +28,7 @@ QWEN_REAL_ENV = "QREWRITE_QWEN_REAL"
 # the slowest files go first, so the two workers end together instead of one finishing a long file alone. Measured
 # per file in a clean-clone run on 2026-11-29 (tests/test_pipeline_e2e.py 1278 s, the next 474 s and less).
 SLOWEST_FIRST = ("test_pipeline_e2e.py", "test_faults.py", "test_dvc.py", "test_onboarding.py",
-                 "test_container_images.py", "test_slurm_cluster.py", "test_verl.py", "test_eval.py")
+                 "test_container_images.py", "test_slurm_cluster.py", "test_verl.py", "test_release.py", "test_eval.py")
 
 
 def pytest_collection_modifyitems(config, items):

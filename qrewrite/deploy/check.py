@@ -117,11 +117,12 @@ def run_check(cfg: dict, tenant: dict, rows: list[dict], *, model: str, eval_jso
                             hint="build it first: snakemake models (deploy serves the release by default)")
     decoding = {**ecfg["generation"], **(spec.get("generation") or {}), **((released or {}).get("decoding") or {})}
     if decoding.get("copy_bias"):
-        log.warning("eval.generation.copy_bias is set: the in-process eval biased decoding towards each row's own "
+        log.warning("copy_bias is set (eval.generation, or the decoding the release chose): the in-process eval "
+                    "biased decoding towards each row's own "
                     "tokens, which the server does not (an OpenAI API caller can send it as logit_bias with vLLM; "
                     "swift deploy ignores it): served and in-process rewrites may differ")
     if decoding.get("trim_loops"):
-        log.warning("eval.generation.trim_loops is set: the in-process eval cut looping rewrites where the loop "
+        log.warning("trim_loops is set: the in-process eval cut looping rewrites where the loop "
                     "began; a served rewrite is measured as the server returns it (a caller can cut it the same "
                     "way: qrewrite.eval.degenerate.trim_loop)")
     levels = sorted(set(dcfg["concurrency"]))

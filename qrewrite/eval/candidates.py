@@ -217,7 +217,7 @@ def release_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], fold
 def deploy_candidate(cfg: dict) -> dict:
     """The eval candidate `deploy.candidate` names; it must be a local model or the release (kind model, release)."""
     spec = candidate_spec(cfg, cfg["deploy"]["candidate"])
-    if spec["kind"] not in ("model", "release"):
+    if spec["kind"] not in MODEL_KINDS:
         raise QrewriteError(f"deploy.candidate {spec['name']!r} is an eval candidate of kind {spec['kind']}, "
                             "not a local model or the release", hint="name the release (the default) or a kind: "
                                                                      "model candidate, e.g. rl")

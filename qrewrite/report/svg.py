@@ -27,7 +27,11 @@ def _nice_max(v: float) -> float:
 def bars_ci(title: str, items: list[dict], *, lo: float = 0.0, hi: float | None = None, digits: int = 3,
             width: int = 330) -> str:
     """Horizontal bars, one per item {label, mean, ci_low, ci_high, color}; whiskers show the interval."""
-    row_h, top, left, right = 22, 28, 70, 56
+    row_h, top, right = 22, 28, 56
+    # the label column fits the longest label (at 11 px about 6.4 px a character): "query_history" was cut to
+    # "ery_history" by a fixed 70 px; the plot keeps its width
+    left = max(70, math.ceil(12 + 6.4 * max((len(it["label"]) for it in items), default=0)))
+    width += left - 70
     height = top + row_h * len(items) + 22
     vals = [v for it in items for v in (it.get("mean"), it.get("ci_high")) if v is not None]
     hi = hi if hi is not None else _nice_max(max(vals, default=1.0))
