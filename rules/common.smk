@@ -124,12 +124,14 @@ def config_param(s, key):
     canonical JSON: Snakemake reruns a job whose params differ, and a mapping's key order is no difference."""
     head, _, rest = key.partition(".")
 
-    def value(node, dotted):  # stages.param_value: `reward` without the judges not in use
-        return json.dumps(param_value(node, dotted) if dotted else node, sort_keys=True, ensure_ascii=False)
+    def value(node, dotted, tenant=None):  # stages.param_value: `reward` without the judges not in use
+        return json.dumps(param_value(node, dotted, tenant) if dotted else node, sort_keys=True, ensure_ascii=False)
 
     if head in ("tenant", "candidate"):
         table = TENANTS if head == "tenant" else CANDIDATES
         return lambda wc: value(table[wc.get(head)], rest)
+    if key == "teacher" and s.per != "once":  # the job's tenant's teacher (tenants[].teacher over the global one)
+        return lambda wc: value(config, key, TENANTS[wc.get("tenant")])
     return value(config, key)
 
 

@@ -211,6 +211,12 @@ def test_a_tenant_names_its_own_teacher():
     assert [tenant_teacher(cfg, t)["provider"] for t in cfg["tenants"]] == ["resolve", "column"]
     assert tenant_teacher(cfg, cfg["tenants"][1])["cache_dir"] == cfg["teacher"]["cache_dir"]  # the rest: global
     assert make_teacher(cfg, cfg["tenants"][1]).column == "参考改写"
+    # the teacher rule's `teacher` param is the tenant's own: unchanged for a tenant without one (adding the
+    # setting reruns nothing), the column for the other (changing it reruns that tenant only)
+    from qrewrite.workflow.stages import param_value
+
+    assert param_value(cfg, "teacher", cfg["tenants"][0]) == cfg["teacher"]
+    assert param_value(cfg, "teacher", cfg["tenants"][1]) == {**cfg["teacher"], "provider": "column"}
     with pytest.raises(QrewriteError, match=r"tenants \['acme'\], which have no columns.rewrite"):
         validate_config({"tenants": [tenant(teacher={"provider": "column"}), people]})
     with pytest.raises(QrewriteError, match=r"tenants\.0\.teacher"):

@@ -153,6 +153,15 @@ class _Params:
                 for t, (f, key) in per.items():
                     items[t][name] = key if f == self.config_path else self._tenant_key(t, "")[1]
                 add(self.config_path, f"${{item.{name}}}")
+            elif k == "teacher" and any(self._tenant_key(t["name"], "teacher")[0] == self.config_path
+                                        for t in tenants):
+                # a tenant's own teacher (tenants[].teacher) is part of its `teacher`: tracked beside the global
+                # block, per tenant, only where a tenant sets one (else dvc.yaml stays as it was)
+                add(self.config_path, "teacher")
+                for t in tenants:
+                    f, key = self._tenant_key(t["name"], "teacher")
+                    items[t["name"]]["p_teacher"] = key if f == self.config_path else "teacher"
+                add(self.config_path, "${item.p_teacher}")
             elif head == "candidate":  # filled per job by the caller
                 add(self.config_path, "${item.candidate_key}" if self.candidates_listed else "eval.candidates")
             else:

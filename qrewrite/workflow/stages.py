@@ -106,8 +106,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           params=("tenant.columns", "tenant.sheet", "tenant.thresholds.max_query_chars", "tenant.kb")),
     Stage("teacher", "Every query's teacher rewrite (cached calls: a rerun repeats none).", "teacher",
           args=(i("queries"), o("out", "teacher"), o("stats", "stats_teacher")), reads=("kb",),
-          params=("teacher", "tenant.teacher", "rag.local", "tenant.system_prompt", "tenant.language", "tenant.kb"),
-          runtime=120),
+          params=("teacher", "rag.local", "tenant.system_prompt", "tenant.language", "tenant.kb"), runtime=120),
     Stage("validate", "The teacher's rewrites against the tenant's RAG service: rewrite vs raw query.", "rag",
           args=(i("queries"), i("teacher"), o("out", "validated"), o("stats", "stats_validate")), reads=("kb",),
           params=("rag", "tenant.language", "tenant.kb", "tenant.tenant_id"), runtime=60),
@@ -235,12 +234,18 @@ DIRECTORIES = frozenset({"base_model", "sft_model", "sft_merged", "rl_model", "r
 JUDGE_SECTIONS = {"openai": "openai", "model": "model"}
 
 
-def param_value(cfg: dict, key: str):
+def param_value(cfg: dict, key: str, tenant: dict | None = None):
     """The config node of dotted `key` that a stage's params hold (Snakemake reruns a job whose params differ).
     The whole of ``reward`` leaves out the settings of the judges ``reward.judge.provider`` does not name: the
     distilled judge's settings (reward.judge.model.rule_weight, say) change nothing the rule judge's reward check
     makes, and the check gates the student's training. A stage that reads them whatever the provider names them
-    (judge_eval: reward.judge.model)."""
+    (judge_eval: reward.judge.model). ``teacher`` of a `tenant`'s job is that tenant's teacher (its own
+    tenants[].teacher over the global block): the same value as before for a tenant without one, so adding the
+    setting reruns nothing, and a tenant's own teacher reruns that tenant only."""
+    if key == "teacher" and tenant is not None:
+        from ..config import tenant_teacher
+
+        return tenant_teacher(cfg, tenant)
     node = cfg
     for part in key.split("."):
         node = node.get(part) if isinstance(node, dict) else None
