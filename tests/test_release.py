@@ -200,6 +200,25 @@ def test_the_eval_generates_with_the_released_model_and_its_decoding(released):
     assert len(rows) == len(project.read_jsonl(PATHS["test"])) and {r["released"] for r in rows} == {"sft"}
     assert {r["model"] for r in rows} == {SFT_RL} and {r["kind"] for r in rows} == {"release"}
     assert all(r["generation"]["max_new_tokens"] == sft_vs_rl["released"]["decoding"]["max_new_tokens"] for r in rows)
+    assert not any("reused_from" in r for r in rows)  # no eval rows of the SFT model yet: generated
+    # once the sft candidate has rewritten the rows with the same weights and decoding, the release takes its rows
+    sft = EVAL_PATHS["rewrites"].format(candidate="sft")
+    project.qrewrite("eval-generate", *base_args(), "--candidate", "sft", "--model", PATHS["sft_merged"], "--threads",
+                     "1", "--out", sft)
+    project.qrewrite("eval-generate", *base_args(), "--candidate", "release", "--model", SFT_RL, "--threads", "1",
+                     "--out", out)
+    again = project.read_jsonl(out)
+    assert {r["reused_from"] for r in again} == {sft} and {r["candidate"] for r in again} == {"release"}
+    assert [r["rewrite"] for r in again] == [r["rewrite"] for r in rows]  # what the release generated itself
+    # another decoding than the sft candidate's: generated, not taken
+    c = project.config
+    c["eval"]["generation"]["max_new_tokens"] = 6
+    project.set_config(c)
+    project.qrewrite("eval-generate", *base_args(), "--candidate", "release", "--model", SFT_RL, "--threads", "1",
+                     "--out", out)
+    assert not any("reused_from" in r for r in project.read_jsonl(out))
+    c["eval"]["generation"]["max_new_tokens"] = 8
+    project.set_config(c)
 
 
 @pytest.mark.slow
