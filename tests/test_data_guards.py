@@ -166,7 +166,7 @@ def test_split_with_an_empty_test_split_fails(cfg_tenant):
     from qrewrite.data.split import build_splits, check_splits
 
     cfg, tenant = cfg_tenant
-    cfg["split"] = {**cfg["split"], "train": 0.8, "val": 0.1, "test": 0.1}
+    cfg["split"] = {**cfg["split"], "train": 0.8, "val": 0.1, "test": 0.1, "val_min": 0}
     rows = _split_rows(9, 0)
     _, stats = build_splits(cfg, tenant, *rows)
     with pytest.raises(QrewriteError) as err:
