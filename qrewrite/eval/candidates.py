@@ -204,10 +204,11 @@ DECODING_KEYS = ("max_new_tokens", "batch_size", "repetition_penalty", "no_repea
                  "trim_loops")
 
 
-def same_generation(cfg: dict, tenant: dict, released: dict, folder: str, rows: list[dict]) -> str | None:
-    """The eval rewrites file of the candidate whose generation the released model repeats exactly: the same
-    weights (the release folder links that candidate's files), the same decoding, the same rows, written after
-    the weights. None if there is none: the release then generates its own."""
+def same_generation(cfg: dict, tenant: dict, released: dict, folder: str,
+                    rows: list[dict]) -> tuple[str, list[dict]] | None:
+    """(path, rows) of the eval rewrites of the candidate whose generation the released model repeats exactly:
+    the same weights (the release folder links that candidate's files), the same decoding, the same rows, written
+    after the weights. None if there is none: the release then generates its own."""
     import os
     from pathlib import Path
 
@@ -227,7 +228,7 @@ def same_generation(cfg: dict, tenant: dict, released: dict, folder: str, rows: 
             continue
         old = read_jsonl(path)
         if [r["query_id"] for r in old] == [r["query_id"] for r in rows] and all(r["status"] == "ok" for r in old):
-            return str(path)
+            return str(path), old
     return None
 
 
@@ -243,8 +244,9 @@ def release_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], fold
     released = load_release(folder)["released"]
     if released["kind"] == "rule":
         out = RULE_REWRITES[released["rule"]](spec, rows)
-    elif (source := same_generation(cfg, tenant, released, folder, rows)) is not None:
-        out = [{**r, **_base(spec, row), "reused_from": source} for r, row in zip(read_jsonl(source), rows)]
+    elif (same := same_generation(cfg, tenant, released, folder, rows)) is not None:
+        source, taken = same
+        out = [{**r, **_base(spec, row), "reused_from": source} for r, row in zip(taken, rows)]
     else:
         out, info = model_rewrites({**spec, "generation": released["decoding"]}, cfg, tenant, rows, folder, threads)
         out = [{**r, "generation": info} for r in out]

@@ -12,9 +12,11 @@ import logging
 
 from ..eval import stats
 from ..eval.candidates import RULE_REWRITES as RULES
+from ..eval.candidates import model_rewrites
 from ..eval.hits import hit_at_1
 
 log = logging.getLogger(__name__)
+
 
 def lever_name(decoding: dict) -> str:
     """A decoding lever as a name suffix: '' for eval.generation as it is, else '+copy_bias=1.0'."""
@@ -38,19 +40,15 @@ def release_candidates(cfg: dict) -> list[dict]:
     return out
 
 
-def rewrites(cand: dict, tenant: dict, rows: list[dict], model_dir: str | None, threads: int | None,
-             device: str) -> dict[str, str]:
-    """query id → the candidate's rewrite of each row."""
+def rewrites(cand: dict, cfg: dict, tenant: dict, rows: list[dict], model_dir: str | None,
+             threads: int | None) -> dict[str, str]:
+    """query id → the candidate's rewrite of each row: a rule's, or the eval's model generation (no latency
+    timing: nothing here reports latency)."""
+    spec = {"name": cand["name"], "kind": cand["kind"]}
     if cand["kind"] in RULES:
-        spec = {"name": cand["name"], "kind": cand["kind"]}
         return {r["query_id"]: r["rewrite"] for r in RULES[cand["kind"]](spec, rows)}
-    from ..eval.generate import generate_rewrites
-
-    g = cand["decoding"]
-    out, _ = generate_rewrites(model_dir, tenant, rows, batch_size=g["batch_size"], max_new_tokens=g["max_new_tokens"],
-                               threads=threads or g["threads"], device=device,
-                               repetition_penalty=g["repetition_penalty"], no_repeat_ngram_size=g["no_repeat_ngram_size"],
-                               copy_bias=g["copy_bias"], trim_loops=g["trim_loops"])
+    out, _ = model_rewrites({**spec, "generation": {**cand["decoding"], "latency_sample": 0}}, cfg, tenant, rows,
+                            model_dir, threads)
     return {r["query_id"]: r["rewrite"] for r in out}
 
 
@@ -58,11 +56,10 @@ def score(cfg: dict, tenant: dict, rows: list[dict], cands: list[dict], models: 
           threads: int | None) -> tuple[list[dict], dict[str, list]]:
     """(figures cheapest first: {name, mean, ci_low, ci_high, n}, per-row Hit@1 by name) on `rows`.
     `models`: artifact key → model folder."""
-    device = cfg["eval"]["generation"]["device"] or cfg["train"]["device"]
     texts = {}
     for c in cands:
         log.info("release candidate %s: rewriting %d validation rows", c["name"], len(rows))
-        texts[c["name"]] = rewrites(c, tenant, rows, models.get(c["artifact"]), threads, device)
+        texts[c["name"]] = rewrites(c, cfg, tenant, rows, models.get(c["artifact"]), threads)
     per_row = hit_at_1(cfg, tenant, rows, texts)
     boot = cfg["eval"]["bootstrap"]
     bkw = dict(samples=boot["samples"], seed=boot["seed"], confidence=boot["confidence"])
