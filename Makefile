@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 CORES  ?= 2
 
-.PHONY: run run-quick test env test-env bench clean base-wheels gpu-rehearsal-run
+.PHONY: run run-quick test test-fast env test-env bench clean base-wheels gpu-rehearsal-run
 .PHONY: container-tools containers containers-save test-containers cqr-data cqr durdev-data durdev rl-check test-tools gpu-kit gpu-rehearsal
 .PHONY: gpu-rehearsal-clean
 
@@ -62,6 +62,13 @@ test: $(VENV)/.test-env $(TRAIN_ENVS)
 	PATH="$(CURDIR)/$(BIN):$$PATH" QREWRITE_REQUIRE_TRAIN_ENVS=1 \
 	    $(if $(filter-out 0 1,$(TEST_WORKERS)),OMP_NUM_THREADS=1 MKL_NUM_THREADS=1) \
 	    $(BIN)/python -m pytest -ra --durations=40 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+
+# The developer's inner loop: the unit-level tests, without the ones marked slow (a pipeline run, a server, a
+# training run, a container: more than a few seconds each). Minutes, not the hour of `make test`; run `make test`,
+# what CI runs, before a commit lands.
+test-fast: $(VENV)/.test-env
+	PATH="$(CURDIR)/$(BIN):$$PATH" OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
+	    $(BIN)/python -m pytest -ra --durations=10 -n $(TEST_WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS)
 
 # Images, one recipe each (containers/*.Containerfile, built by scripts/containers.py with podman;
 # docs/cluster.md): `make containers` builds cpu and swift here, the swift image with the CPU torch wheel that

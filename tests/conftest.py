@@ -64,6 +64,84 @@ def pytest_runtest_logstart(nodeid, location):
         terminal.write_line(f"[{time.monotonic() - _SESSION_START:.0f} s into the tests] {path}")
 
 
+# Where the suite's time goes, per file (issue 44): each test's setup / call / teardown seconds, summed per file in
+# the controller as the workers report. A file's setup column holds its module fixtures (the e2e pipeline run, an
+# image build); the largest single setup is shown apart. Printed after --durations; written as JSON where
+# QREWRITE_TEST_PROFILE names a file (CI keeps it beside its log; docs/benchmarks.md has the table).
+PROFILE_ENV = "QREWRITE_TEST_PROFILE"
+_PROFILE: dict[str, dict] = {}
+
+
+# A skip CI accepts names its test and why; any other skip fails a run with QREWRITE_STRICT_SKIPS=1 (.ci/run sets it):
+# a step CI leaves out must not pass for a step that ran (issue 44).
+STRICT_SKIPS_ENV = "QREWRITE_STRICT_SKIPS"
+ALLOWED_SKIPS = {
+    # Snakemake runs `conda info` even for `--sdm conda -n`; conda is on neither PyPI nor Debian's apt, the only
+    # sources CI installs from. The conda env files themselves are linted by the other tests of test_containers.py.
+    "tests/test_containers.py::test_sdm_conda_dry_run_plans": "no conda on CI's machine",
+}
+_SKIPPED: dict[str, str] = {}
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped and report.when != "teardown":
+        longrepr = report.longrepr
+        _SKIPPED[report.nodeid] = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    path = report.nodeid.split("::")[0]
+    p = _PROFILE.setdefault(path, {"tests": 0, "setup": 0.0, "call": 0.0, "teardown": 0.0, "max_setup": 0.0,
+                                   "failed": 0, "skipped": 0})
+    p[report.when] += report.duration
+    if report.when == "setup":
+        p["tests"] += 1
+        p["max_setup"] = max(p["max_setup"], report.duration)
+    if report.failed:
+        p["failed"] += 1
+    elif report.skipped and report.when != "teardown":
+        p["skipped"] += 1
+
+
+def profile_rows() -> list[dict]:
+    rows = [{"file": f, **p, "total": p["setup"] + p["call"] + p["teardown"]} for f, p in _PROFILE.items()]
+    return sorted(rows, key=lambda r: -r["total"])
+
+
+def pytest_terminal_summary(terminalreporter):
+    rows = profile_rows()
+    if not rows or hasattr(terminalreporter.config, "workerinput"):  # an xdist worker: the controller sums
+        return
+    terminalreporter.section("time per test file (setup + call + teardown, s; worker time, not wall clock)")
+    terminalreporter.write_line(f"{'total':>8} {'setup':>8} {'max setup':>9} {'call':>8} {'tests':>5}  file")
+    for r in rows:
+        terminalreporter.write_line(f"{r['total']:8.1f} {r['setup']:8.1f} {r['max_setup']:9.1f} {r['call']:8.1f} "
+                                    f"{r['tests']:5d}  {r['file']}")
+    terminalreporter.write_line(f"{sum(r['total'] for r in rows):8.1f} in all, "
+                                f"{time.monotonic() - _SESSION_START:.0f} s of wall clock")
+    out = os.environ.get(PROFILE_ENV)
+    if out:
+        Path(out).write_text(json.dumps({"wall_s": round(time.monotonic() - _SESSION_START, 1), "files": rows},
+                                        indent=1) + "\n", encoding="utf-8")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if hasattr(session.config, "workerinput") or os.environ.get(STRICT_SKIPS_ENV) != "1":
+        return
+    unexpected = {n: why for n, why in _SKIPPED.items() if n.split("[")[0] not in ALLOWED_SKIPS}
+    if unexpected:
+        terminal = session.config.pluginmanager.get_plugin("terminalreporter")
+        lines = [f"{STRICT_SKIPS_ENV}=1: {len(unexpected)} test(s) skipped that CI must run (tests/conftest.py "
+                 "ALLOWED_SKIPS lists the skips it accepts, each with why):"]
+        lines += [f"  {n}: {why}" for n, why in sorted(unexpected.items())]
+        if terminal is not None:
+            terminal.ensure_newline()
+        for line in lines:
+            if terminal is not None:
+                terminal.write_line(line, red=True)
+            else:
+                print(line, file=sys.stderr)
+        if session.exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -46,6 +46,7 @@ def _strip_titles(project, how: str) -> None:
     path.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs), encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_kb_without_titles_stops_the_resolve_teacher_before_any_output(project):
     """A tenant whose KB has no titles: `snakemake data` fails at the teacher, saying on the console that the
     titles name no entity and to use `teacher.provider: openai`; no teacher output, nothing downstream."""
@@ -59,6 +60,7 @@ def test_kb_without_titles_stops_the_resolve_teacher_before_any_output(project):
     assert (project.root / P["queries"]).exists() and not outputs_after(project, "teacher")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["empty titles", "kb.fields.title null"])
 def test_titles_empty_or_unmapped_stop_the_resolve_teacher(project, how):
     own_tenant(project, kb_fields={**KB_FIELDS, "title": None} if how.endswith("null") else KB_FIELDS)
@@ -72,6 +74,7 @@ def test_titles_empty_or_unmapped_stop_the_resolve_teacher(project, how):
     assert not outputs_after(project, "teacher")
 
 
+@pytest.mark.slow
 def test_titles_that_name_entities_keep_the_resolve_teacher(project):
     """The guard is about entities, not the field: the same KB with its titles rewrites the questions."""
     own_tenant(project)
@@ -83,6 +86,7 @@ def test_titles_that_name_entities_keep_the_resolve_teacher(project):
 
 # ---- a teacher that hands the questions back ------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_teacher_handing_back_most_questions_warns_on_the_console_and_in_the_summary(project):
     """Questions that already name their product exactly (the KB titles themselves): the resolve teacher has
     nothing to resolve and returns them as they are. The data half still succeeds (the rows are valid), but
@@ -124,6 +128,7 @@ def test_unchanged_share_counts_after_normalisation():
 
 # ---- the split ------------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_split_without_training_rows_fails_naming_the_drop_reasons_and_the_setting(project):
     """A threshold no rewrite reaches (top-1 scores of this tenant top out at 0.9993): `snakemake data` stops at
     the split, naming every drop reason with its count, the setting and its value, and writes no split file and
@@ -208,6 +213,7 @@ def test_ingest_with_every_row_dropped_fails_naming_reasons_and_setting(project)
     assert not (project.root / P["queries"]).exists()
 
 
+@pytest.mark.slow
 def test_validate_without_a_teacher_rewrite_fails(project):
     """Every teacher call failed (as the OpenAI teacher records a rejected request): validation stops."""
     own_tenant(project)

@@ -84,6 +84,7 @@ def deployed(tmp_path_factory, smollm2_base):
     return project, doc, model, run
 
 
+@pytest.mark.slow
 def test_deploy_json_latency_throughput_and_rows(deployed):
     project, doc, model, _ = deployed
     assert doc["tenant"] == TENANT and doc["candidate"] == "rl" and doc["model"] == str(model)
@@ -104,6 +105,7 @@ def test_deploy_json_latency_throughput_and_rows(deployed):
     assert doc["request"]["max_tokens"] == 8 and doc["request"]["temperature"] == 0.0
 
 
+@pytest.mark.slow
 def test_hit_at_1_through_the_server_equals_the_in_process_eval(deployed):
     """Greedy decoding of the same prompt in the same dtype: the served rewrites are the in-process eval's,
     so Hit@1 through the server and the RAG equals eval.json's, with a paired difference of exactly 0."""
@@ -122,6 +124,7 @@ def test_hit_at_1_through_the_server_equals_the_in_process_eval(deployed):
     assert set(h["by_concurrency"]) == {"1", "8"}
 
 
+@pytest.mark.slow
 def test_production_command_and_no_secret_and_no_orphan(deployed):
     project, doc, model, run = deployed
     prod = doc["production"]
@@ -137,6 +140,7 @@ def test_production_command_and_no_secret_and_no_orphan(deployed):
     assert "stopped" in run.stderr
 
 
+@pytest.mark.slow
 def test_a_model_folder_that_is_not_one_is_a_clear_error(deployed, tmp_path):
     project, _, _, _ = deployed
     base = ["--config", "config.yaml", "--tenant", TENANT, "--test", PATHS["test"], "--queries", PATHS["queries"]]
@@ -184,6 +188,7 @@ def test_serving_waits_for_the_model_and_stops_the_server(tmp_path):
     assert not alive(pid) and not port_open(port)
 
 
+@pytest.mark.slow
 def test_a_server_that_exits_or_never_lists_the_model_is_an_error_and_is_stopped(tmp_path):
     from qrewrite.deploy.server import serving
     from qrewrite.errors import QrewriteError

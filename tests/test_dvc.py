@@ -32,11 +32,13 @@ def qrewrite(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
+@pytest.mark.slow
 def test_committed_dvc_yaml_is_up_to_date():
     proc = qrewrite("dvc-yaml", "--check")
     assert proc.returncode == 0, f"dvc.yaml is stale; run `qrewrite dvc-yaml`:\n{proc.stderr[-3000:]}"
 
 
+@pytest.mark.slow
 def test_check_fails_on_a_stale_dvc_yaml(tmp_path):
     stale = tmp_path / "dvc.yaml"
     stale.write_text((REPO / "dvc.yaml").read_text(encoding="utf-8").replace("--out-dir", "--outdir"),
@@ -141,6 +143,7 @@ def as_dvc_cmd(snakemake_cmd: str) -> str:
     return re.sub(r"\s+(2>\s*logs/\S+|>\s*logs/\S+\s+2>&1)$", "", cmd).strip()
 
 
+@pytest.mark.slow
 def test_dvc_stages_match_snakemake_rules(project):
     jobs = snakemake_jobs(project.root)
     stages = dvc_stages()

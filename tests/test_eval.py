@@ -126,6 +126,7 @@ def test_rank_metrics_at_the_cutoffs():
 
 
 
+@pytest.mark.slow
 def test_metrics_match_an_independent_recomputation(data):
     """raw and teacher through `qrewrite eval`: Hit@1/Hit@5/MRR/top1 equal what validate.jsonl recorded for the
     same rewrites through the same local RAG; the teacher against itself is all ties; latency and cost come
@@ -201,6 +202,7 @@ def test_metrics_match_an_independent_recomputation(data):
     assert doc["candidates"]["teacher"]["judge"]["mean"] > doc["candidates"]["raw"]["judge"]["mean"]
 
 
+@pytest.mark.slow
 def test_a_failed_teacher_row_is_scored_as_no_rewrite_never_as_the_query(data, tmp_path):
     cfg = cfg_with_eval(data, "c_fail.yaml", candidates=[{"name": "raw", "kind": "raw"},
                                                         {"name": "teacher", "kind": "teacher"}],
@@ -222,6 +224,7 @@ def test_a_failed_teacher_row_is_scored_as_no_rewrite_never_as_the_query(data, t
     assert doc["candidates"]["raw"]["errors"] == 0
 
 
+@pytest.mark.slow
 def test_config_and_input_errors_are_clear(data):
     cfg = cfg_with_eval(data, "c_bad.yaml", candidates=[{"name": "raw", "kind": "raw"}], baseline="teacher",
                         compare=[], headline=[])
@@ -249,6 +252,7 @@ def test_config_and_input_errors_are_clear(data):
     assert proc.returncode == 2 and "use `qrewrite eval-rewrites`" in proc.stderr
 
 
+@pytest.mark.slow
 def test_api_candidate_and_api_judge_through_an_openai_compatible_server(data, fake_openai):
     """A teacher behind an API is a candidate: rewrites, latency and price-table cost from the API, cached (a
     rerun sends nothing). The judge is the reward's OpenAI judge on a sampled half of the queries, the same
@@ -297,6 +301,7 @@ def test_api_candidate_and_api_judge_through_an_openai_compatible_server(data, f
     assert "sk-test-not-a-real-key" not in (data.root / EVAL_PATHS["eval_json"]).read_text()
 
 
+@pytest.mark.slow
 def test_api_candidate_and_judge_with_their_default_models_against_the_strict_server(data, fake_openai):
     """The `openai` candidate and the OpenAI judge with the shipped default model (gpt-5) against a server that
     enforces the API's GPT-5 rules: 0 failed calls. A candidate whose calls are all refused stops, exit 2, writing
@@ -337,6 +342,7 @@ def test_api_candidate_and_judge_with_their_default_models_against_the_strict_se
     assert not (data.root / out).exists()
 
 
+@pytest.mark.slow
 def test_eval_prompt_is_the_sft_prompt(data):
     """The messages a model candidate is prompted with are exactly the SFT sample's prompt messages."""
     from qrewrite.config import load_config, tenant_config

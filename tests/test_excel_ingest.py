@@ -75,6 +75,7 @@ def test_build_excel_default_out_is_raw_excel_and_stage_is_atomic(project):
 
 # ---- ingest round trip -------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_ingest_round_trip_rows_and_stable_ids(project):
     project.stage("build-excel")
     project.stage("ingest")

@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from conftest import REPO, Project
@@ -42,6 +43,7 @@ def cqr_project(root, fake_openai) -> tuple[Project, dict]:
     return project, built
 
 
+@pytest.mark.slow
 def test_cqr_tenant_judge_and_reward_hold_on_derived_and_crowd_labels(tmp_path, fake_openai):
     project, built = cqr_project(tmp_path / "proj", fake_openai)
     assert built["turns"] >= 60 and built["labels"]["good"] >= 200
@@ -61,6 +63,7 @@ def test_cqr_tenant_judge_and_reward_hold_on_derived_and_crowd_labels(tmp_path, 
     assert summary["retrieval"]["hit_at_1"]["rewrite"] > summary["retrieval"]["hit_at_1"]["original"]
 
 
+@pytest.mark.slow
 def test_durdev_sits_beside_the_demo_tenants_with_its_own_teacher(tmp_path):
     """dur-dev (../shared/data/dur-dev, not shipped) added as a user adds a tenant: scripts/make_durdev_tenant.py
     copies its files and names its columns, its title-less KB and its own teacher (people's rewrites: provider

@@ -164,6 +164,7 @@ def fault_rag(project, tmp_path):
 
 # ------------------------------------------------------------------------------- teacher, each fault
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", TEACHER_FAULTS, ids=str)
 def test_teacher_retries_each_fault_then_succeeds(small_project, fake_openai, tmp_path, fault):
     project = clone(small_project, tmp_path / "p")
@@ -192,6 +193,7 @@ def test_teacher_retries_each_fault_then_succeeds(small_project, fake_openai, tm
     assert assert_cache_intact(project.root / "cache" / "teacher") == 6
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", [503, "reset", "timeout", "malformed_json", "empty_choices", "truncated"], ids=str)
 def test_teacher_down_fails_naming_the_service_and_writes_nothing(small_project, fake_openai, tmp_path, fault):
     project = clone(small_project, tmp_path / "p")
@@ -207,6 +209,7 @@ def test_teacher_down_fails_naming_the_service_and_writes_nothing(small_project,
     assert not list(project.root.rglob("*.tmp"))
 
 
+@pytest.mark.slow
 def test_teacher_service_going_down_mid_stage_then_back(tmp_path, project, fake_openai):
     """Down after 15 answers: the circuit breaker stops the stage (nothing written); back up, the rerun
     completes and repeats none of the 15 answers that reached the cache."""
@@ -230,6 +233,7 @@ def test_teacher_service_going_down_mid_stage_then_back(tmp_path, project, fake_
     assert stats["cache_hits"] == 15 and stats["new_calls"] == 45
 
 
+@pytest.mark.slow
 def test_damaged_cache_entry_is_a_miss_not_an_answer(small_project, fake_openai, tmp_path):
     """Cache entries are renamed into place whole but not fsynced: after an OS crash one may be cut short.
     Such an entry reads as a miss; the call is made again and the output is whole."""
@@ -334,6 +338,7 @@ def _same_retrieval(rows: list[dict], reference: list[dict]) -> None:
             assert got[side]["top1"] == pytest.approx(want[side]["top1"], abs=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("status", [429, 500, 503])
 def test_validation_retries_rag_failures(rag_case, status):
     project, reference, fault_rag = rag_case
@@ -347,6 +352,7 @@ def test_validation_retries_rag_failures(rag_case, status):
     assert len(per_key) >= 30 and all(sorted(v) == sorted([status, 200]) for v in per_key.values()), per_key
 
 
+@pytest.mark.slow
 def test_validation_slow_rag_within_timeout_completes(rag_case):
     project, reference, fault_rag = rag_case
     use_http_rag(project, fault_rag.url, concurrency=8, timeout_s=5)
@@ -360,6 +366,7 @@ def test_validation_slow_rag_within_timeout_completes(rag_case):
     assert searches >= 30 and wall >= 0.3 * (searches // 8)
 
 
+@pytest.mark.slow
 def test_validation_rag_too_slow_fails_clearly(rag_case):
     project, _, fault_rag = rag_case
     use_http_rag(project, fault_rag.url, timeout_s=0.2, max_retries=1)
@@ -371,6 +378,7 @@ def test_validation_rag_too_slow_fails_clearly(rag_case):
     assert not (project.root / PATHS["validated"]).exists() and not (project.root / PATHS["stats_validate"]).exists()
 
 
+@pytest.mark.slow
 def test_validation_rag_going_down_mid_stage_then_back(rag_case):
     project, reference, fault_rag = rag_case
     use_http_rag(project, fault_rag.url, concurrency=2, max_retries=1)
@@ -428,6 +436,7 @@ def shapes_case(rag_template, tmp_path_factory):
     stop(proc)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case,reply,expect", RAG_SHAPES, ids=[c[0] for c in RAG_SHAPES])
 def test_rag_response_of_the_wrong_shape(shapes_case, case, reply, expect):
     project, fault_rag = shapes_case
@@ -593,6 +602,7 @@ def test_kill_9_snakemake_never_takes_a_partial_file_as_done(project, fake_opena
               f"rag {repeated(fault_rag.requests())}")
 
 
+@pytest.mark.slow
 def test_snakemake_with_service_down_marks_nothing_complete(project, fake_openai):
     project.keep_queries("fivedoctors", 8)
     use_openai_teacher(project, fake_openai.url, max_retries=0)

@@ -129,6 +129,7 @@ def _sleepers() -> list[str]:
     return [p for p in ps if p.strip() in ("sleep 300", "sleep 301") or "sleep 301" in p and "bash -c" in p]
 
 
+@pytest.mark.slow
 def test_phase_stops_the_run_after_its_checkpoint_with_every_process(tmp_path):
     run = tmp_path / "run"
     script = tmp_path / "fake.sh"

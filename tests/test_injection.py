@@ -55,6 +55,7 @@ def _inject(project) -> list[dict]:
     return records
 
 
+@pytest.mark.slow
 def test_injection_text_cannot_break_json_artifacts(project, fake_openai, tmp_path):
     injected = _inject(project)
     port = free_port()

@@ -98,6 +98,7 @@ def lineage(project: Project, key: str) -> dict:
     return json.loads((project.root / tenant_paths(TENANT)[key] / "lineage.json").read_text(encoding="utf-8"))
 
 
+@pytest.mark.slow
 def test_lineage_records_the_whole_chain_back_to_the_raw_excel(chain):
     project, _ = chain
     doc = lineage(project, "rl_model")
@@ -147,6 +148,7 @@ def _flip_one_byte(path: Path) -> tuple[Path, bytes]:
     return target, blob
 
 
+@pytest.mark.slow
 def test_verify_fails_naming_the_artifact_whenever_any_upstream_byte_changes(chain):
     project, _ = chain
     model = project.root / PATHS["rl_model"]
@@ -168,6 +170,7 @@ def test_verify_fails_naming_the_artifact_whenever_any_upstream_byte_changes(cha
     assert verify_lineage(model) == []
 
 
+@pytest.mark.slow
 def test_verify_cli_exit_code_and_message_and_chained_lineage(chain):
     project, _ = chain
     # Snakemake touches .snakemake_timestamp in directory outputs after the job, i.e. after lineage.json was
@@ -195,6 +198,7 @@ def test_verify_cli_exit_code_and_message_and_chained_lineage(chain):
     assert missing.returncode == 2 and "no lineage.json" in missing.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("named", ["containers/swift.sif", "docker://example.org/qrewrite-swift:1"])
 def test_verify_reports_a_model_made_in_another_image_than_its_rule_names(chain, monkeypatch, named):
     """Apptainer names the SIF a job runs in ($APPTAINER_CONTAINER); lineage.json records its sha256, and verify
@@ -233,6 +237,7 @@ def test_verify_reports_a_model_made_in_another_image_than_its_rule_names(chain,
         and "not found" in why
 
 
+@pytest.mark.slow
 def test_show_prints_the_tree_and_traces_a_sample_to_its_excel_row_and_teacher_call(chain):
     project, _ = chain
     tree = project.qrewrite("lineage", "show", PATHS["rl_model"]).stdout
@@ -252,6 +257,7 @@ def test_show_prints_the_tree_and_traces_a_sample_to_its_excel_row_and_teacher_c
     assert nope.returncode == 2 and "no training sample" in nope.stderr
 
 
+@pytest.mark.slow
 def test_verify_checks_every_samples_links(tmp_path):
     """A sample whose raw row disagrees with queries.jsonl fails verify even though every hash matches."""
     project = data_half(tmp_path / "proj", 30)
@@ -273,6 +279,7 @@ def test_verify_checks_every_samples_links(tmp_path):
     assert "raw_row" in problems[0][1]
 
 
+@pytest.mark.slow
 def test_no_secret_is_ever_written(chain, monkeypatch, tmp_path):
     project, _ = chain
     secret = "sk-live-0123456789abcdef"
@@ -297,6 +304,7 @@ def test_no_secret_is_ever_written(chain, monkeypatch, tmp_path):
     make_chain(project, slurm="4242")  # restore the chain's sft lineage for the other tests
 
 
+@pytest.mark.slow
 def test_upstream_map_matches_the_snakemake_rules(project):
     """The upstream map lineage walks (derived from the stage table) names the same rule and inputs as every job
     Snakemake plans."""

@@ -174,6 +174,7 @@ def test_kb_with_other_field_names_fails_naming_file_row_field_and_fields_found(
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_kb_field_mapping_is_used_by_every_kb_reader(project, monkeypatch):
     own_tenant(project)
     assert ingest(project).returncode == 0
@@ -275,6 +276,7 @@ def test_demo_excel_list_matches_config_and_gitignore_hides_only_it():
 
 # ---- 5. dvc.yaml after adding a tenant ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_stale_dvc_yaml_error_gives_the_exact_command_that_fixes_it(project):
     shutil.copy(REPO / "dvc.yaml", project.root / "dvc.yaml")
     own_tenant(project)
@@ -292,6 +294,7 @@ def test_stale_dvc_yaml_error_gives_the_exact_command_that_fixes_it(project):
 
 # ---- 6. one tenant -----------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_only_selects_tenants_without_changing_the_tenant_list(project):
     proc = snakemake(project, "-n", "-p", "data", "--config", "only=chengla")
     assert proc.returncode == 0, proc.out[-4000:]
@@ -302,6 +305,7 @@ def test_only_selects_tenants_without_changing_the_tenant_list(project):
     assert bad.returncode != 0 and "unknown tenant(s) ['nope']" in bad.out and "fivedoctors, chengla" in bad.out
 
 
+@pytest.mark.slow
 def test_a_configfile_that_replaces_the_tenant_list_says_so(project):
     cfg = project.config
     cfg["tenants"] = cfg["tenants"][1:]
@@ -422,6 +426,7 @@ def test_demo_excel_carries_difficulty_and_ingest_keeps_it(project):
 
 # ---- 9. a rule's error reaches the console ---------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_rule_error_reaches_the_console_and_the_log(project):
     """A real snakemake run on a broken input: the stage's own message (file, column, hint) is in its log and on
     the console, not only Snakemake's "Error in rule ingest" / CalledProcessError."""

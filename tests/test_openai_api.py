@@ -64,6 +64,7 @@ def test_the_old_request_gets_the_apis_400(fake_openai):
     assert reply.choices[0].message.content == "改写：那它孕妇能吃吗"
 
 
+@pytest.mark.slow
 def test_teacher_with_the_shipped_default_model(project, fake_openai):
     """config.yaml's teacher (gpt-5) against the strict server: 0 failed calls, reasoning tokens billed as output."""
     _teacher_project(project, fake_openai.url, n=30)
@@ -138,6 +139,7 @@ def test_config_accepts_each_family_and_leaves_unused_blocks_alone():
         validate_config({**MINIMAL, "teacher": {"mode": "batch"}})
 
 
+@pytest.mark.slow
 def test_every_call_refused_stops_the_stage_and_the_rerun_resumes(project, fake_openai):
     """A server that refuses every call with the same HTTP 400 (here: a chat-family request sent to gpt-5 by a wrong
     `family`) stops the stage after REFUSAL_LIMIT calls, exit 2, with the API's message and the setting; nothing is
@@ -161,6 +163,7 @@ def test_every_call_refused_stops_the_stage_and_the_rerun_resumes(project, fake_
     assert len(_chat(fake_openai.requests())) == len(first) + 60
 
 
+@pytest.mark.slow
 def test_a_stage_with_no_usable_row_never_exits_0(project, fake_openai):
     """Fewer calls than REFUSAL_LIMIT, all refused: the stage still fails, naming the API's message."""
     _teacher_project(project, fake_openai.url, n=6, max_retries=0)
@@ -171,6 +174,7 @@ def test_a_stage_with_no_usable_row_never_exits_0(project, fake_openai):
     assert not (project.root / "results/fivedoctors/teacher.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_reasoning_that_eats_the_cap_names_the_setting(project, fake_openai):
     """A reply cut at max_completion_tokens before any text (finish_reason length, empty content) is a refusal
     naming reasoning_max_tokens, never an empty rewrite."""
@@ -182,6 +186,7 @@ def test_reasoning_that_eats_the_cap_names_the_setting(project, fake_openai):
     assert "teacher.openai.reasoning_max_tokens (raise it)" in proc.stderr
 
 
+@pytest.mark.slow
 def test_deepseek_reasoner_reply_uses_content_not_reasoning(project, fake_openai):
     # config.yaml's reasoning_effort is gpt-5's; deepseek-reasoner takes none
     _teacher_project(project, fake_openai.url, n=8, model="deepseek-reasoner", reasoning_effort=None)

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO
 from qrewrite.paths import tenant_paths
 
@@ -23,6 +25,7 @@ def snakemake(project, *args, check=True):
     return proc
 
 
+@pytest.mark.slow
 def test_snakemake_builds_every_artifact_for_both_tenants(project):
     snakemake(project, "data")
     for tenant in ("fivedoctors", "chengla"):
@@ -54,6 +57,7 @@ def test_snakemake_builds_every_artifact_for_both_tenants(project):
     assert not list((project.root / "results").rglob("*.tmp"))
 
 
+@pytest.mark.slow
 def test_changing_one_tenants_source_reruns_only_that_tenant(project):
     snakemake(project, "data")
     src = project.root / "data/demo/chengla.queries.jsonl"

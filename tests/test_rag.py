@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 
 from conftest import free_port
 from qrewrite.kb import load_kb
@@ -31,6 +32,7 @@ def _run_to_validate(project):
     project.stage("teacher")
 
 
+@pytest.mark.slow
 def test_http_rag_matches_local(project, rag_server):
     _run_to_validate(project)
     project.stage("validate")
@@ -56,6 +58,7 @@ def test_unknown_tenant_on_rag_server_is_an_error(rag_server):
     assert resp.status_code == 404 and "nosuch" in resp.text
 
 
+@pytest.mark.slow
 def test_rag_down_fails_clearly_and_writes_nothing(project):
     _run_to_validate(project)
     port = free_port()
@@ -67,6 +70,7 @@ def test_rag_down_fails_clearly_and_writes_nothing(project):
     assert not (project.root / "results/fivedoctors/validated.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_rag_response_of_wrong_shape_names_the_field(project, fake_openai):
     """Point the RAG client at a real server that answers JSON of another shape."""
     _run_to_validate(project)

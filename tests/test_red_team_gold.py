@@ -109,6 +109,7 @@ def test_gold_loader_errors_and_closeness(tmp_path):
     assert exact_match("深海鱼油软胶囊怎么吃？", "深海鱼油软胶囊怎么吃") and not exact_match("鱼油", "深海鱼油")
 
 
+@pytest.mark.slow
 def test_split_holds_gold_rows_and_their_questions_out_of_every_split(project):
     from qrewrite.config import load_config, tenant_config
     from qrewrite.data.split import build_splits
@@ -156,6 +157,7 @@ def test_red_team_section_pass_rates_per_attack():
     assert [f["failed"] for f in sec["bad"]["failures"]] == [["max_chars"], ["non_empty"], ["must_not_contain"]]
 
 
+@pytest.mark.slow
 def test_eval_reports_gold_and_red_team_apart(project):
     """Non-model candidates through `qrewrite eval-rewrites` + `qrewrite eval` on a small demo run."""
     project.keep_queries("fivedoctors", 80)
@@ -247,6 +249,7 @@ def test_scorer_scores_red_team_samples_without_retrieval_or_judge(tmp_path):
         scorer.close()
 
 
+@pytest.mark.slow
 def test_rl_data_cli_mixes_red_team_rows_into_train_only(project):
     project.keep_queries("fivedoctors", 80)
     for stage in ("build-excel", "ingest", "teacher", "validate", "split"):
@@ -268,6 +271,7 @@ def test_rl_data_cli_mixes_red_team_rows_into_train_only(project):
 
 # --- data card ----------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_data_card_reads_the_pipeline_files(project):
     from qrewrite.paths import tenant_paths
 

@@ -49,6 +49,7 @@ def write_events(log_dir: Path) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_tensorboard_reader_agrees_with_tensorboard(tmp_path):
     expected = write_events(tmp_path / "tb")
     got = read_scalars(tmp_path / "tb")
@@ -121,6 +122,7 @@ def raw_teacher_project(tmp_path_factory):
     return project
 
 
+@pytest.mark.slow
 def test_report_is_self_contained_and_shows_both_tenants(raw_teacher_project, tmp_path):
     project = raw_teacher_project
     html = (project.root / REPORT_HTML).read_text(encoding="utf-8")
@@ -146,6 +148,7 @@ def test_report_is_self_contained_and_shows_both_tenants(raw_teacher_project, tm
     assert (w, h) == (1400, 3000) and png.stat().st_size > 100_000  # a rendered page, not a blank one
 
 
+@pytest.mark.slow
 def test_report_names_a_missing_input(raw_teacher_project, tmp_path):
     project = raw_teacher_project
     cfg = project.config

@@ -581,6 +581,7 @@ def test_verl_compute_score_entry(tmp_path, monkeypatch, retriever):
     assert "fivedoctors" in verl_reward.reward_stats()
 
 
+@pytest.mark.slow
 def test_scorer_http_rag(tmp_path, rag_server, retriever):
     """The same providers as validation: here the tenant RAG HTTP API (`qrewrite serve-rag` on loopback)."""
     cfg = _cfg(tmp_path, judge={"sample_share": 0.0})

@@ -102,6 +102,7 @@ def _configure(project, fake_url: str, rag_url: str) -> None:
                                      "openai": {**openai_cfg, "model": "judge-model", "max_retries": 2}}})
 
 
+@pytest.mark.slow
 def test_pipeline_run_leaks_no_key(project, fake_openai, rag_server, env_dirs, tmp_path):
     _configure(project, fake_openai.url, rag_server)
     queries = [json.loads(l) for l in (project.root / f"data/demo/{TENANT}.queries.jsonl").read_text().splitlines()]
@@ -141,6 +142,7 @@ def test_pipeline_run_leaks_no_key(project, fake_openai, rag_server, env_dirs, t
     assert not found, f"the API key leaked into: {found}"
 
 
+@pytest.mark.slow
 def test_config_and_errors_never_print_the_key(project, fake_openai, tmp_path):
     env = {KEY_ENV: SENTINEL}
     project.keep_queries(TENANT, 5)

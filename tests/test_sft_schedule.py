@@ -72,6 +72,7 @@ def test_a_tenant_twice_the_size_trains_twice_the_steps(tmp_path, smollm2_base):
     assert steps == {8: 2, 16: 4}
 
 
+@pytest.mark.slow
 def test_the_wall_clock_cap_stops_the_whole_process_group(tmp_path):
     """A stand-in for `swift sft` that starts a child (as swift starts its trainer) and runs forever: the cap
     stops both, and says so; without a cap the same runner is a plain run."""

@@ -205,6 +205,7 @@ def test_resolve_teacher_retrieves_at_least_as_well_as_prf(tenant, prf_before):
 
 # ----------------------------------------------------------------------------------------- the pipeline
 
+@pytest.mark.slow
 def test_validation_writes_the_agreement_figure_into_the_summary(tmp_path):
     project = Project(tmp_path / "proj")
     project.keep_queries("chengla", 80)
@@ -221,6 +222,7 @@ def test_validation_writes_the_agreement_figure_into_the_summary(tmp_path):
     assert "random tie-breaking" in hit["tie_rule"] and hit["rewrite"] > hit["original"]
 
 
+@pytest.mark.slow
 def test_rl_refuses_a_judge_that_fails_its_check_on_the_tenant(tmp_path, fake_openai):
     """An LLM judge that gives every rewrite 4 (AUC 0.5 on the derived labels): `qrewrite rl` stops before training,
     naming the figure, the tenant and the fix; with reward.weights.judge 0 the same judge is no reason to stop."""

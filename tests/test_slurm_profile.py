@@ -72,6 +72,7 @@ def workflow_rules(checkout: Path) -> set[str]:
     return set(STAGES)
 
 
+@pytest.mark.slow
 def test_dry_run_lists_every_rule_with_its_resources(checkout):
     dry = snakemake(checkout)
     js = jobs(dry)
@@ -91,6 +92,7 @@ def test_dry_run_lists_every_rule_with_its_resources(checkout):
             assert int(r["mem_mb"]) <= 16000, j
 
 
+@pytest.mark.slow
 def test_site_settings_come_from_the_environment(checkout):
     site = {"QREWRITE_SLURM_PARTITION": "cpu-short", "QREWRITE_SLURM_GPU_PARTITION": "gpu-h100",
             "QREWRITE_SLURM_ACCOUNT": "proj42", "QREWRITE_SLURM_GPU_MODEL": "h100", "QREWRITE_SLURM_GPUS": "4",
@@ -106,6 +108,7 @@ def test_site_settings_come_from_the_environment(checkout):
             assert r["slurm_partition"] == "cpu-short" and "gpu_model" not in r, j
 
 
+@pytest.mark.slow
 def test_multi_node_rl_asks_for_gpus_per_node(checkout):
     site = {"QREWRITE_SLURM_RL_NODES": "2", "QREWRITE_SLURM_GPUS": "8", "QREWRITE_SLURM_GPU_MODEL": "h100"}
     rl = [j for j in jobs(snakemake(checkout, **site)) if j["rule"] == "rl"]
@@ -115,6 +118,7 @@ def test_multi_node_rl_asks_for_gpus_per_node(checkout):
         assert r["nodes"] == "2" and r["gres"] == "gpu:h100:8" and "gpu" not in r, j
 
 
+@pytest.mark.slow
 def test_memory_grows_per_attempt(checkout):
     """The profile's memory is `N * attempt`: attempt 2 (the first retry) asks for twice as much."""
     first = {(j["rule"], j["resources"]["mem_mb"]) for j in jobs(snakemake(checkout))}
@@ -124,6 +128,7 @@ def test_memory_grows_per_attempt(checkout):
     assert all(int(mem2[r]) == 2 * int(mem1[r]) for r in mem1), (mem1, mem2)
 
 
+@pytest.mark.slow
 def test_container_dry_run_shows_exact_apptainer_commands(checkout):
     out = run(checkout, sys.executable, "slurm/container_dryrun.py", "--profile", "slurm", "all", "deploy", "judge",
               QREWRITE_APPTAINER_BIND="/models,/scratch")
@@ -145,6 +150,7 @@ def test_container_dry_run_shows_exact_apptainer_commands(checkout):
         assert inner.startswith("set -euo pipefail;") and "qrewrite " in inner, cmd
 
 
+@pytest.mark.slow
 def test_without_apptainer_the_profile_fails_clearly(checkout):
     """`--sdm apptainer` in the profile is not silently dropped where Apptainer is missing."""
     with pytest.raises(AssertionError, match="apptainer or singularity command has to be available"):

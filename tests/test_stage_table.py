@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from conftest import REPO, doc_section
@@ -128,6 +129,7 @@ def test_docs_map_every_rule_to_its_handler():
             assert (REPO / logic).is_file(), (rule, logic)
 
 
+@pytest.mark.slow
 def test_a_split_threshold_reruns_the_split_and_downstream_only(project):
     """Each rule's params are the config keys its stage reads: after a finished data half, a new
     tenants[].thresholds.top1 reruns that tenant's split and what uses the split, not ingest, teacher or
@@ -181,6 +183,7 @@ def test_a_demo_tenant_whose_excel_is_elsewhere_is_a_clear_error(project):
     assert "demo_source: null" in out
 
 
+@pytest.mark.slow
 def test_auto_threads_share_the_cores_among_the_tenants_and_snakemake_passes_them():
     assert job_threads(6, 2, 2) == 6  # an integer is taken as given (Snakemake caps it at --cores)
     assert [job_threads("auto", 2, n) for n in (1, 2, 3)] == [2, 1, 1]
@@ -199,6 +202,7 @@ def test_auto_threads_share_the_cores_among_the_tenants_and_snakemake_passes_the
     assert threads("--config", f"only={names[0]}", "train={threads: auto}") == {"2"}  # one tenant: both cores
 
 
+@pytest.mark.slow
 def test_rl_runs_ahead_of_the_eval_generation_that_can_wait():
     """The stage table's priority reaches Snakemake: its dry run prints each job's priority when it is not 0."""
     assert STAGES["rl"].priority > STAGES["eval_generate"].priority

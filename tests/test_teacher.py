@@ -28,6 +28,7 @@ def _openai_project(project, url, n=40, **openai_cfg):
 ENV = {"QR_TEST_KEY": "sk-test-not-a-real-key"}
 
 
+@pytest.mark.slow
 def test_resolve_teacher_is_deterministic_and_resolves_history(project):
     project.stage("build-excel")
     project.stage("ingest")
@@ -55,6 +56,7 @@ def test_resolve_teacher_is_deterministic_and_resolves_history(project):
     assert stats["cache_hits"] == len(rows) and stats["new_calls"] == 0
 
 
+@pytest.mark.slow
 def test_openai_provider_usage_cost_and_cache(project, fake_openai):
     _openai_project(project, fake_openai.url, n=30)
     project.stage("teacher", env=ENV)
@@ -70,6 +72,7 @@ def test_openai_provider_usage_cost_and_cache(project, fake_openai):
     assert len(fake_openai.requests()) == 30
 
 
+@pytest.mark.slow
 def test_failed_call_is_recorded_never_replaced_by_query(project, fake_openai):
     _openai_project(project, fake_openai.url, n=40, max_retries=1)
     queries = project.read_jsonl("results/fivedoctors/queries.jsonl")
@@ -90,6 +93,7 @@ def test_failed_call_is_recorded_never_replaced_by_query(project, fake_openai):
     assert vstats["dropped"]["teacher_failed"] == stats["failed_calls"]
 
 
+@pytest.mark.slow
 def test_teacher_down_fails_clearly_and_writes_nothing(project):
     port = free_port()  # nothing listens here
     _openai_project(project, f"http://127.0.0.1:{port}/v1", n=30, max_retries=0)
@@ -100,6 +104,7 @@ def test_teacher_down_fails_clearly_and_writes_nothing(project):
     assert not (project.root / "results/fivedoctors/teacher.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_missing_api_key_says_which_variable(project, fake_openai):
     _openai_project(project, fake_openai.url, n=5)
     env = {k: v for k, v in os.environ.items() if k != "QR_TEST_KEY"}
@@ -135,6 +140,7 @@ def test_openai_provider_against_transformers_serve(project, tmp_path, smollm2_b
     assert all(r["cost_usd"] is None for r in rows)  # model not in the price table: unknown, not 0
 
 
+@pytest.mark.slow
 def test_prf_teacher_stays_available(project):
     """The RM3 keyword-expansion teacher is still a named option: it appends KB terms to the question."""
     project.update(teacher={"provider": "prf"})

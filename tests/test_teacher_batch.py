@@ -62,6 +62,7 @@ def _list_price(row: dict) -> float:
     return u["prompt_tokens"] * 1.25 / 1e6 + u["completion_tokens"] * 10.0 / 1e6  # gpt-5
 
 
+@pytest.mark.slow
 def test_batch_kill_9_while_polling_resumes_the_same_job(project, fake_openai, tmp_path):
     _batch_project(project, fake_openai.url)
     fake_openai.script(batch_delay_s=3600)  # the job runs until the test lets it finish
@@ -104,6 +105,7 @@ def test_batch_kill_9_while_polling_resumes_the_same_job(project, fake_openai, t
     assert project.read_jsonl(P["teacher"]) == rows
 
 
+@pytest.mark.slow
 def test_batch_kill_9_before_the_job_id_is_recorded_finds_the_job(project, fake_openai, tmp_path):
     """Killed after the job was created but before its id came back: the rerun finds it by its input file in
     batches.list, and submits nothing again."""
@@ -127,6 +129,7 @@ def test_batch_kill_9_before_the_job_id_is_recorded_finds_the_job(project, fake_
     assert all(r["status"] == "ok" and r["batch_id"] == _by(reqs, "batches.create")[0]["batch_id"] for r in rows)
 
 
+@pytest.mark.slow
 def test_batch_rows_that_failed_are_retried_synchronously(project, fake_openai):
     _batch_project(project, fake_openai.url, n=20)
     queries = project.read_jsonl(P["queries"])

@@ -70,6 +70,7 @@ json.dump({"tags": ea.Tags()["scalars"], "reward": [e.value for e in ea.Scalars(
 """
 
 
+@pytest.mark.slow
 def test_reward_monitor_writes_tensorboard_and_curve(tmp_path):
     py = train_python("swift")
     drv = tmp_path / "drv.py"
@@ -110,6 +111,7 @@ def data_project(tmp_path_factory):
     return project
 
 
+@pytest.mark.slow
 def test_rl_data_matches_sft_prompts_and_teacher_side(data_project):
     p = tenant_paths("fivedoctors")
     sft = data_project.read_jsonl(p["train"])
@@ -133,6 +135,7 @@ def test_rl_data_matches_sft_prompts_and_teacher_side(data_project):
         assert gt["gold_doc_ids"] == meta["gold_doc_ids"]
 
 
+@pytest.mark.slow
 def test_rl_data_unknown_query_id_names_file_and_row(data_project, tmp_path):
     p = tenant_paths("fivedoctors")
     bad = tmp_path / "train.jsonl"
@@ -188,6 +191,7 @@ def test_rl_data_parquet_loads_with_verl_rlhfdataset(data_project, tmp_path):
 
 # ---------------------------------------------------------------------------------------- env switch
 
+@pytest.mark.slow
 def test_training_command_without_its_env_says_how_to_build_it(data_project):
     env = {"QREWRITE_SWIFT_PYTHON": "/nonexistent/python"}
     proc = data_project.qrewrite("base-model", "--config", "config.yaml", "--out", "models/base", env=env, check=False)
@@ -197,6 +201,7 @@ def test_training_command_without_its_env_says_how_to_build_it(data_project):
     assert not (data_project.root / "models" / "base").exists()
 
 
+@pytest.mark.slow
 def test_base_model_from_path_links_a_local_folder(data_project, tmp_path):
     folder = tmp_path / "Qwen3-tiny"
     folder.mkdir()
@@ -255,6 +260,7 @@ def test_verl_run_checks_the_slurm_allocation():
         check_allocation({"nnodes": 2, "n_gpus_per_node": 8}, {"SLURM_JOB_NUM_NODES": "1"})
 
 
+@pytest.mark.slow
 def test_multinode_verl_rule_runs_through_the_ray_launcher(project):
     """nnodes > 1: the rl rule drops Snakemake's container and wraps the command in slurm/ray_on_slurm.sh."""
     project.update(rl={"backend": "verl", "verl": {"nnodes": 2, "n_gpus_per_node": 8}})

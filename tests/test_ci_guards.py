@@ -1,0 +1,55 @@
+"""The suite's own guards (tests/conftest.py): under QREWRITE_STRICT_SKIPS=1, as .ci/run sets it, a skipped test fails
+the run unless ALLOWED_SKIPS names it; QREWRITE_TEST_PROFILE gets the per-file time table. Each runs pytest on a
+scratch copy of the conftest with two tiny tests, in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+from conftest import PROFILE_ENV, STRICT_SKIPS_ENV, TESTS
+
+SCRATCH_TESTS = '''
+import pytest
+
+def test_passes():
+    assert True
+
+def test_skips():
+    pytest.skip("a tool is missing")
+'''
+
+
+def run_pytest(tmp_path, **env) -> subprocess.CompletedProcess:
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    shutil.copy(TESTS / "conftest.py", tests / "conftest.py")
+    (tests / "test_scratch.py").write_text(SCRATCH_TESTS)
+    clean = {k: v for k, v in os.environ.items() if k not in (STRICT_SKIPS_ENV, PROFILE_ENV)}
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)], cwd=tmp_path,
+                          env={**clean, **env}, capture_output=True, text=True, timeout=120)
+
+
+def test_a_skip_ci_does_not_list_fails_the_strict_run(tmp_path):
+    proc = run_pytest(tmp_path, **{STRICT_SKIPS_ENV: "1"})
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert "test_scratch.py::test_skips: Skipped: a tool is missing" in proc.stdout
+    assert "1 passed, 1 skipped" in proc.stdout
+
+
+def test_without_the_strict_setting_a_skip_is_reported_not_failed(tmp_path):
+    proc = run_pytest(tmp_path)
+    assert proc.returncode == 0 and "1 passed, 1 skipped" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_the_profile_lists_each_file_with_its_tests_and_times(tmp_path):
+    out = tmp_path / "profile.json"
+    proc = run_pytest(tmp_path, **{PROFILE_ENV: str(out)})
+    assert proc.returncode == 0 and "time per test file" in proc.stdout, proc.stdout[-2000:]
+    doc = json.loads(out.read_text())
+    [row] = doc["files"]
+    assert row["file"].endswith("test_scratch.py") and row["tests"] == 2 and row["skipped"] == 1
+    assert row["total"] >= row["call"] >= 0 and doc["wall_s"] >= 0
