@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, Project
+from qrewrite.eval.candidates import DECODING_KEYS, reused_row
 from qrewrite.paths import deploy_json, eval_paths, tenant_paths
+from qrewrite.release.score import release_candidates, rewrites
 from qrewrite.release.select import choose
 from qrewrite.workflow.stages import STAGES, upstream
 from test_reward_frameworks import train_python
@@ -56,6 +58,35 @@ def test_without_gold_on_validation_the_cheapest_is_released_and_says_why():
     assert d["index"] == 0 and "no validation row has gold" in d["why"]
     with pytest.raises(ValueError):
         choose([], 0.0)
+
+
+# ------------------------------------------------------------------------------------------ append_history
+
+ROWS = [{"query_id": "q1", "query": "是谁", "history": "小林家的龙女仆 / 是动漫"}, {"query_id": "q2", "query": "好", "history": None}]
+
+
+def test_append_history_pastes_the_history_after_the_same_generation_without_generating_again():
+    cands = {c["name"]: c for c in release_candidates({"release": {"candidates": ["sft"], "decoding": [
+        {}, {"append_history": True}]}, "eval": {"generation": {"max_new_tokens": 40, "copy_bias": None}}})}
+    plain, appended = cands["sft"], cands["sft+append_history=true"]
+    # the model's own texts, as the first generation left them: a second one would fail here (there is no model)
+    key = ("no-model", tuple(json.dumps(plain["decoding"].get(k)) for k in DECODING_KEYS))
+    generated = {key: {"q1": "小林家的龙女仆是谁", "q2": "好"}}
+    assert rewrites(plain, {}, {}, ROWS, "no-model", 1, generated) == {"q1": "小林家的龙女仆是谁", "q2": "好"}
+    assert rewrites(appended, {}, {}, ROWS, "no-model", 1, generated) == {
+        "q1": "小林家的龙女仆是谁 小林家的龙女仆 / 是动漫", "q2": "好"}
+
+
+def test_a_reused_eval_row_gets_the_released_decodings_history_or_loses_it():
+    spec = {"name": "release", "kind": "release"}
+    plain = {"query_id": "q1", "candidate": "sft", "kind": "model", "status": "ok", "rewrite": "小林家的龙女仆是谁"}
+    row = {**ROWS[0], "set": "test"}
+    got = reused_row(plain, row, spec, "sft.jsonl", append=True)
+    assert got["rewrite"] == "小林家的龙女仆是谁 小林家的龙女仆 / 是动漫" and got["model_rewrite"] == plain["rewrite"]
+    assert got["candidate"] == "release" and got["reused_from"] == "sft.jsonl"
+    # a source that pasted the history, taken by a release that did not: the model's own text
+    back = reused_row({**got, "candidate": "sft"}, row, spec, "sft.jsonl", append=False)
+    assert back["rewrite"] == "小林家的龙女仆是谁" and "model_rewrite" not in back
 
 
 # ------------------------------------------------------------------------------------------ it never sees test
@@ -156,7 +187,8 @@ def test_the_release_never_opens_the_test_split(released):
 def test_the_release_records_every_candidate_on_validation_and_the_rule(released):
     project, _, shipped, _ = released
     names = [c["name"] for c in shipped["candidates"]]
-    assert names == ["query_history", "sft", "sft+copy_bias=1.0", "rl", "rl+copy_bias=1.0"]
+    assert names == ["query_history", "sft", "sft+copy_bias=1.0", "sft+append_history=true", "rl", "rl+copy_bias=1.0",
+                     "rl+append_history=true"]
     n_val = len(project.read_jsonl(PATHS["val"]))
     assert shipped["split"] == "val" and shipped["n_val_rows"] == n_val and 0 < shipped["n_with_gold"] <= n_val
     for c in shipped["candidates"]:

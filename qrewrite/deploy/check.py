@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from ..config import base_model_swift
 from ..errors import QrewriteError
 from ..eval import stats
-from ..eval.candidates import RULE_REWRITES, deploy_candidate
+from ..eval.candidates import RULE_REWRITES, deploy_candidate, with_history
 from ..eval.hits import hit_at_1
 from ..io_utils import read_json, read_jsonl
 from ..metrics import TIE_RULE
@@ -121,6 +121,9 @@ def run_check(cfg: dict, tenant: dict, rows: list[dict], *, model: str, eval_jso
                     "biased decoding towards each row's own "
                     "tokens, which the server does not (an OpenAI API caller can send it as logit_bias with vLLM; "
                     "swift deploy ignores it): served and in-process rewrites may differ")
+    if decoding.get("append_history"):
+        log.warning("append_history is set (the decoding the release chose): the server returns the model's rewrite; "
+                    "the caller pastes the row's history summary after it before retrieval, as this check does")
     if decoding.get("trim_loops"):
         log.warning("trim_loops is set: the in-process eval cut looping rewrites where the loop "
                     "began; a served rewrite is measured as the server returns it (a caller can cut it the same "
@@ -165,6 +168,11 @@ def run_check(cfg: dict, tenant: dict, rows: list[dict], *, model: str, eval_jso
 
     texts = {"in_process": {qid: _text(r) for qid, r in inproc.items()}}
     texts.update({f"served_c{c}": {r["query_id"]: _text(r) for r in res} for c, (res, _) in passes.items()})
+    if decoding.get("append_history"):  # the caller's step, as the in-process eval took it: the served text + history
+        by_id = {r["query_id"]: r for r in rows}
+        for c in passes:
+            texts[f"served_c{c}"] = {q: with_history(t, by_id[q]) if t else t
+                                     for q, t in texts[f"served_c{c}"].items()}
     scored = hit_at_1(cfg, tenant, rows, texts)
     boot = ecfg["bootstrap"]
     bkw = dict(samples=boot["samples"], seed=boot["seed"], confidence=boot["confidence"])
@@ -174,7 +182,7 @@ def run_check(cfg: dict, tenant: dict, rows: list[dict], *, model: str, eval_jso
     for c, (res, _) in passes.items():
         served = scored[f"served_c{c}"]
         paired = stats.paired(served, scored["in_process"], **bkw)
-        same = sum(1 for r in res if _text(r) == texts["in_process"][r["query_id"]])
+        same = sum(1 for r in res if texts[f"served_c{c}"][r["query_id"]] == texts["in_process"][r["query_id"]])
         by_level[str(c)] = {
             "served": stats.mean_ci(served, **bkw),
             "paired_served_minus_in_process": paired,

@@ -94,10 +94,16 @@ def raw_rewrites(spec: dict, rows: list[dict]) -> list[dict]:
              "latency_s": 0.0, "compute_s": 0.0, "cost_usd": 0.0, "usage": None} for r in rows]
 
 
+def with_history(text: str, row: dict) -> str:
+    """`text` with the row's history summary pasted after it: query_history's rule, and a model's rewrite under
+    eval.generation.append_history."""
+    return f"{text} {row.get('history') or ''}".strip()
+
+
 def query_history_rewrites(spec: dict, rows: list[dict]) -> list[dict]:
     """The baseline a user tries first: the query with the history summary pasted after it, no model."""
     return [{**_base(spec, r), "status": "ok", "reason": None,
-             "rewrite": f"{r['query']} {r['history'] or ''}".strip(), "model": None,
+             "rewrite": with_history(r["query"], r), "model": None,
              "latency_s": 0.0, "compute_s": 0.0, "cost_usd": 0.0, "usage": None} for r in rows]
 
 
@@ -186,10 +192,19 @@ def model_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], model_
                                       repetition_penalty=gen["repetition_penalty"],
                                       no_repeat_ngram_size=gen["no_repeat_ngram_size"],
                                       copy_bias=gen["copy_bias"], trim_loops=gen["trim_loops"])
+    return model_rows(spec, cfg, rows, model_dir, results, info, gen)
+
+
+def model_rows(spec: dict, cfg: dict, rows: list[dict], model_dir: str, results: list[dict], info: dict,
+               gen: dict) -> tuple[list[dict], dict]:
+    """The eval rows of a model's generations; under append_history the rewrite is the model's own text
+    (kept in model_rewrite) with the history pasted after it."""
     price = spec.get("gpu_hour_usd", cfg["eval"]["gpu_hour_usd"])
     out = []
     for r, g in zip(rows, results):
-        out.append({**_base(spec, r), "status": "ok", "reason": None, "rewrite": g["rewrite"],
+        extra = {"model_rewrite": g["rewrite"]} if gen.get("append_history") else {}
+        out.append({**_base(spec, r), "status": "ok", "reason": None,
+                    "rewrite": with_history(g["rewrite"], r) if gen.get("append_history") else g["rewrite"], **extra,
                     "raw_completion": g["raw_completion"], "finished": g["finished"], "loop_trimmed": g["loop_trimmed"],
                     "degenerate": g["degenerate"],
                     "model": model_dir,
@@ -200,6 +215,7 @@ def model_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], model_
 
 
 # the decoding settings that make two greedy generations of the same model on the same rows the same
+# (append_history only pastes text after what was generated: release_rewrites applies it to reused rows)
 DECODING_KEYS = ("max_new_tokens", "batch_size", "repetition_penalty", "no_repeat_ngram_size", "copy_bias",
                  "trim_loops")
 
@@ -232,6 +248,16 @@ def same_generation(cfg: dict, tenant: dict, released: dict, folder: str,
     return None
 
 
+def reused_row(r: dict, row: dict, spec: dict, source: str, append: bool) -> dict:
+    """Another candidate's eval row of the same generation, as the release's: the model's own text, with the
+    history pasted after it where the release chose append_history (whatever the source did)."""
+    own = r.get("model_rewrite", r["rewrite"])
+    r = {k: v for k, v in r.items() if k != "model_rewrite"}
+    extra = {"model_rewrite": own} if append else {}
+    return {**r, **_base(spec, row), "rewrite": with_history(own, row) if append else own, **extra,
+            "reused_from": source}
+
+
 def release_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], folder: str,
                      threads: int | None) -> list[dict]:
     """The release's rewrites: its rule's, or its model's with the decoding the release chose on validation
@@ -246,7 +272,8 @@ def release_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], fold
         out = RULE_REWRITES[released["rule"]](spec, rows)
     elif (same := same_generation(cfg, tenant, released, folder, rows)) is not None:
         source, taken = same
-        out = [{**r, **_base(spec, row), "reused_from": source} for r, row in zip(taken, rows)]
+        append = bool(released["decoding"].get("append_history"))
+        out = [reused_row(r, row, spec, source, append) for r, row in zip(taken, rows)]
     else:
         out, info = model_rewrites({**spec, "generation": released["decoding"]}, cfg, tenant, rows, folder, threads)
         out = [{**r, "generation": info} for r in out]

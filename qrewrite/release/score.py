@@ -12,7 +12,7 @@ import logging
 
 from ..eval import stats
 from ..eval.candidates import RULE_REWRITES as RULES
-from ..eval.candidates import model_rewrites
+from ..eval.candidates import DECODING_KEYS, model_rewrites, with_history
 from ..eval.hits import hit_at_1
 
 log = logging.getLogger(__name__)
@@ -41,25 +41,34 @@ def release_candidates(cfg: dict) -> list[dict]:
 
 
 def rewrites(cand: dict, cfg: dict, tenant: dict, rows: list[dict], model_dir: str | None,
-             threads: int | None) -> dict[str, str]:
+             threads: int | None, generated: dict | None = None) -> dict[str, str]:
     """query id → the candidate's rewrite of each row: a rule's, or the eval's model generation (no latency
-    timing: nothing here reports latency)."""
+    timing: nothing here reports latency). `generated` remembers each model's own texts by its decoding, so a
+    lever that only pastes text after them (append_history) generates nothing again."""
     spec = {"name": cand["name"], "kind": cand["kind"]}
     if cand["kind"] in RULES:
         return {r["query_id"]: r["rewrite"] for r in RULES[cand["kind"]](spec, rows)}
-    out, _ = model_rewrites({**spec, "generation": {**cand["decoding"], "latency_sample": 0}}, cfg, tenant, rows,
-                            model_dir, threads)
-    return {r["query_id"]: r["rewrite"] for r in out}
+    generated = {} if generated is None else generated
+    key = (model_dir, tuple(json.dumps(cand["decoding"].get(k)) for k in DECODING_KEYS))
+    if key not in generated:
+        out, _ = model_rewrites({**spec, "generation": {**cand["decoding"], "latency_sample": 0,
+                                                        "append_history": False}}, cfg, tenant, rows, model_dir,
+                                threads)
+        generated[key] = {r["query_id"]: r["rewrite"] for r in out}
+    own = generated[key]
+    if cand["decoding"].get("append_history"):
+        return {r["query_id"]: with_history(own[r["query_id"]], r) for r in rows}
+    return dict(own)
 
 
 def score(cfg: dict, tenant: dict, rows: list[dict], cands: list[dict], models: dict[str, str],
           threads: int | None) -> tuple[list[dict], dict[str, list]]:
     """(figures cheapest first: {name, mean, ci_low, ci_high, n}, per-row Hit@1 by name) on `rows`.
     `models`: artifact key → model folder."""
-    texts = {}
+    texts, generated = {}, {}
     for c in cands:
         log.info("release candidate %s: rewriting %d validation rows", c["name"], len(rows))
-        texts[c["name"]] = rewrites(c, cfg, tenant, rows, models.get(c["artifact"]), threads)
+        texts[c["name"]] = rewrites(c, cfg, tenant, rows, models.get(c["artifact"]), threads, generated)
     per_row = hit_at_1(cfg, tenant, rows, texts)
     boot = cfg["eval"]["bootstrap"]
     bkw = dict(samples=boot["samples"], seed=boot["seed"], confidence=boot["confidence"])
