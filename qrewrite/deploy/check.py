@@ -222,5 +222,9 @@ def run_check(cfg: dict, tenant: dict, rows: list[dict], *, model: str, eval_jso
             "by_concurrency": by_level,
         },
         "production": production_commands(cfg, model, name, batch, device),
+        # the release's decoding includes a step the server cannot take: the caller's
+        "client_step": ("paste the row's history summary after each served rewrite before retrieval "
+                        "(release decoding append_history; qrewrite.eval.candidates.with_history)"
+                        if decoding.get("append_history") else None),
     }
 
