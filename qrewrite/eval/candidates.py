@@ -96,7 +96,7 @@ def raw_rewrites(spec: dict, rows: list[dict]) -> list[dict]:
 
 def with_history(text: str, row: dict) -> str:
     """`text` with the row's history summary pasted after it: query_history's rule, and a model's rewrite under
-    eval.generation.append_history."""
+    the decoding lever append_history (release.decoding, an eval candidate's generation)."""
     return f"{text} {row.get('history') or ''}".strip()
 
 
