@@ -6,7 +6,7 @@
 * a run is stopped after its global_step_2 checkpoint with every process it started (also one in its own session);
 * the run configs pass the project's schema; the collector judges a check's logs.
 The rehearsal itself (the same script on CPU up to NCCL init) is `make gpu-rehearsal`; .ci/run builds the kit before
-`make test` (and rehearses after it, when its time allows): with QREWRITE_REQUIRE_GPU_KIT=1 (CI) the kit tests fail
+`make test` (and rehearses after it): with QREWRITE_REQUIRE_GPU_KIT=1 (CI) the kit tests fail
 instead of skipping when .gpu/ is missing.
 """
 
