@@ -29,6 +29,7 @@ PATHS = tenant_paths(TENANT)
 EVAL_PATHS = eval_paths(TENANT)
 SFT_RL = f"models/{TENANT}/release-sft-rl"   # SFT against RL alone: a tie
 RULE = f"models/{TENANT}/release-rule"      # query + history against SFT, margin 1.0: the rule
+APPENDED = f"models/{TENANT}/release-appended"  # SFT with the history pasted after its rewrite, alone
 
 
 def fig(name: str, mean: float | None, n: int = 30) -> dict:
@@ -165,7 +166,8 @@ def released(tmp_path_factory, smollm2_base):
     sft_vs_rl = release(SFT_RL, root / "opened_sft_rl.json", candidates=["sft", "rl"], decoding=[{}])
     # validation prefers the rule whatever the tiny model writes: a model would have to gain more than 1.0
     release(RULE, root / "opened_rule.json", candidates=["query_history", "sft"], margin=1.0)
-    return project, root, shipped, sft_vs_rl
+    appended = release(APPENDED, root / "opened_appended.json", candidates=["sft"], decoding=[{"append_history": True}])
+    return project, root, shipped, sft_vs_rl, appended
 
 
 @pytest.mark.slow
@@ -185,7 +187,7 @@ def test_the_release_never_opens_the_test_split(released):
 
 @pytest.mark.slow
 def test_the_release_records_every_candidate_on_validation_and_the_rule(released):
-    project, _, shipped, _ = released
+    project, _, shipped, *_ = released
     names = [c["name"] for c in shipped["candidates"]]
     assert names == ["query_history", "sft", "sft+copy_bias=1.0", "sft+append_history=true", "rl", "rl+copy_bias=1.0",
                      "rl+append_history=true"]
@@ -207,7 +209,7 @@ def test_the_release_records_every_candidate_on_validation_and_the_rule(released
 
 @pytest.mark.slow
 def test_an_sft_that_ties_rl_is_released_as_sft_with_its_own_files(released):
-    project, _, _, sft_vs_rl = released
+    project, _, _, sft_vs_rl, _ = released
     a, b = sft_vs_rl["candidates"]
     assert a["mean"] == b["mean"]  # the same model twice
     assert sft_vs_rl["released"]["name"] == "sft" and sft_vs_rl["released"]["artifact"] == "sft_merged"
@@ -224,7 +226,7 @@ def base_args() -> list[str]:
 
 @pytest.mark.slow
 def test_the_eval_generates_with_the_released_model_and_its_decoding(released):
-    project, _, _, sft_vs_rl = released
+    project, _, _, sft_vs_rl, _ = released
     out = EVAL_PATHS["rewrites"].format(candidate="release")
     project.qrewrite("eval-generate", *base_args(), "--candidate", "release", "--model", SFT_RL, "--threads", "1",
                      "--out", out)
@@ -251,6 +253,29 @@ def test_the_eval_generates_with_the_released_model_and_its_decoding(released):
     assert not any("reused_from" in r for r in project.read_jsonl(out))
     c["eval"]["generation"]["max_new_tokens"] = 8
     project.set_config(c)
+
+
+@pytest.mark.slow
+def test_a_release_with_append_history_takes_the_sft_rows_and_pastes_the_history(released):
+    """The eval's release candidate where the release chose append_history: the SFT candidate's own rewrites of
+    the same rows (same weights, same decoding), each with the row's history summary pasted after it."""
+    project, _, _, _, appended = released
+    assert appended["released"]["name"] == "sft+append_history=true"
+    assert appended["released"]["decoding"]["append_history"] is True
+    sft = EVAL_PATHS["rewrites"].format(candidate="sft")
+    if not (project.root / sft).is_file():
+        project.qrewrite("eval-generate", *base_args(), "--candidate", "sft", "--model", PATHS["sft_merged"],
+                         "--threads", "1", "--out", sft)
+    out = EVAL_PATHS["rewrites"].format(candidate="release")
+    project.qrewrite("eval-generate", *base_args(), "--candidate", "release", "--model", APPENDED, "--threads", "1",
+                     "--out", out)
+    rows, own = project.read_jsonl(out), {r["query_id"]: r["rewrite"] for r in project.read_jsonl(sft)}
+    queries = {r["id"]: r for r in project.read_jsonl(PATHS["queries"])}
+    assert rows and {r["reused_from"] for r in rows} == {sft} and {r["released"] for r in rows} == {appended[
+        "released"]["name"]}
+    for r in rows:
+        assert r["model_rewrite"] == own[r["query_id"]]
+        assert r["rewrite"] == f"{own[r['query_id']]} {queries[r['query_id']]['history'] or ''}".strip()
 
 
 @pytest.mark.slow
