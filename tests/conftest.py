@@ -84,7 +84,8 @@ _SKIPPED: dict[str, str] = {}
 
 
 def pytest_runtest_logreport(report):
-    if report.skipped and report.when != "teardown":
+    skipped = report.skipped and report.when != "teardown"
+    if skipped:
         longrepr = report.longrepr
         _SKIPPED[report.nodeid] = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
     path = report.nodeid.split("::")[0]
@@ -96,7 +97,7 @@ def pytest_runtest_logreport(report):
         p["max_setup"] = max(p["max_setup"], report.duration)
     if report.failed:
         p["failed"] += 1
-    elif report.skipped and report.when != "teardown":
+    elif skipped:
         p["skipped"] += 1
 
 
@@ -131,13 +132,12 @@ def pytest_sessionfinish(session, exitstatus):
         lines = [f"{STRICT_SKIPS_ENV}=1: {len(unexpected)} test(s) skipped that CI must run (tests/conftest.py "
                  "ALLOWED_SKIPS lists the skips it accepts, each with why):"]
         lines += [f"  {n}: {why}" for n, why in sorted(unexpected.items())]
-        if terminal is not None:
+        if terminal is None:
+            print("\n".join(lines), file=sys.stderr)
+        else:
             terminal.ensure_newline()
-        for line in lines:
-            if terminal is not None:
+            for line in lines:
                 terminal.write_line(line, red=True)
-            else:
-                print(line, file=sys.stderr)
         if session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

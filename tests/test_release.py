@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, Project
-from qrewrite.eval.candidates import DECODING_KEYS, reused_row
+from qrewrite.eval.candidates import generation_key, reused_row
 from qrewrite.paths import deploy_json, eval_paths, tenant_paths
 from qrewrite.release.score import release_candidates, rewrites
 from qrewrite.release.select import choose
@@ -71,7 +71,7 @@ def test_append_history_pastes_the_history_after_the_same_generation_without_gen
         {}, {"append_history": True}]}, "eval": {"generation": {"max_new_tokens": 40, "copy_bias": None}}})}
     plain, appended = cands["sft"], cands["sft+append_history=true"]
     # the model's own texts, as the first generation left them: a second one would fail here (there is no model)
-    key = ("no-model", tuple(json.dumps(plain["decoding"].get(k)) for k in DECODING_KEYS))
+    key = ("no-model", generation_key(plain["decoding"]))
     generated = {key: {"q1": "小林家的龙女仆是谁", "q2": "好"}}
     assert rewrites(plain, {}, {}, ROWS, "no-model", 1, generated) == {"q1": "小林家的龙女仆是谁", "q2": "好"}
     assert rewrites(appended, {}, {}, ROWS, "no-model", 1, generated) == {

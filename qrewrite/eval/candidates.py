@@ -192,19 +192,11 @@ def model_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], model_
                                       repetition_penalty=gen["repetition_penalty"],
                                       no_repeat_ngram_size=gen["no_repeat_ngram_size"],
                                       copy_bias=gen["copy_bias"], trim_loops=gen["trim_loops"])
-    return model_rows(spec, cfg, rows, model_dir, results, info, gen)
-
-
-def model_rows(spec: dict, cfg: dict, rows: list[dict], model_dir: str, results: list[dict], info: dict,
-               gen: dict) -> tuple[list[dict], dict]:
-    """The eval rows of a model's generations; under append_history the rewrite is the model's own text
-    (kept in model_rewrite) with the history pasted after it."""
     price = spec.get("gpu_hour_usd", cfg["eval"]["gpu_hour_usd"])
     out = []
     for r, g in zip(rows, results):
-        extra = {"model_rewrite": g["rewrite"]} if gen.get("append_history") else {}
         out.append({**_base(spec, r), "status": "ok", "reason": None,
-                    "rewrite": with_history(g["rewrite"], r) if gen.get("append_history") else g["rewrite"], **extra,
+                    **rewrite_fields(g["rewrite"], r, bool(gen.get("append_history"))),
                     "raw_completion": g["raw_completion"], "finished": g["finished"], "loop_trimmed": g["loop_trimmed"],
                     "degenerate": g["degenerate"],
                     "model": model_dir,
@@ -214,10 +206,21 @@ def model_rows(spec: dict, cfg: dict, rows: list[dict], model_dir: str, results:
     return out, {**info, "gpu_hour_usd": price}
 
 
+def rewrite_fields(own: str, row: dict, append: bool) -> dict:
+    """A model row's rewrite: its own text, or under append_history that text with the history pasted after it
+    and the own text kept in model_rewrite."""
+    return {"rewrite": with_history(own, row), "model_rewrite": own} if append else {"rewrite": own}
+
+
 # the decoding settings that make two greedy generations of the same model on the same rows the same
 # (append_history only pastes text after what was generated: release_rewrites applies it to reused rows)
 DECODING_KEYS = ("max_new_tokens", "batch_size", "repetition_penalty", "no_repeat_ngram_size", "copy_bias",
                  "trim_loops")
+
+
+def generation_key(decoding: dict) -> tuple:
+    """What makes two greedy generations of one model on the same rows the same (DECODING_KEYS' values)."""
+    return tuple(decoding.get(k) for k in DECODING_KEYS)
 
 
 def same_generation(cfg: dict, tenant: dict, released: dict, folder: str,
@@ -240,7 +243,7 @@ def same_generation(cfg: dict, tenant: dict, released: dict, folder: str,
         if not (weights and path.is_file() and all((src / w.name).is_file() and os.path.samefile(w, src / w.name)
                                                    and path.stat().st_mtime > w.stat().st_mtime for w in weights)):
             continue
-        if any(gen.get(k) != released["decoding"].get(k) for k in DECODING_KEYS):
+        if generation_key(gen) != generation_key(released["decoding"]):
             continue
         old = read_jsonl(path)
         if [r["query_id"] for r in old] == [r["query_id"] for r in rows] and all(r["status"] == "ok" for r in old):
@@ -253,9 +256,7 @@ def reused_row(r: dict, row: dict, spec: dict, source: str, append: bool) -> dic
     history pasted after it where the release chose append_history (whatever the source did)."""
     own = r.get("model_rewrite", r["rewrite"])
     r = {k: v for k, v in r.items() if k != "model_rewrite"}
-    extra = {"model_rewrite": own} if append else {}
-    return {**r, **_base(spec, row), "rewrite": with_history(own, row) if append else own, **extra,
-            "reused_from": source}
+    return {**r, **_base(spec, row), **rewrite_fields(own, row, append), "reused_from": source}
 
 
 def release_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], folder: str,

@@ -12,7 +12,7 @@ import logging
 
 from ..eval import stats
 from ..eval.candidates import RULE_REWRITES as RULES
-from ..eval.candidates import DECODING_KEYS, model_rewrites, with_history
+from ..eval.candidates import generation_key, model_rewrites, with_history
 from ..eval.hits import hit_at_1
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ def rewrites(cand: dict, cfg: dict, tenant: dict, rows: list[dict], model_dir: s
     if cand["kind"] in RULES:
         return {r["query_id"]: r["rewrite"] for r in RULES[cand["kind"]](spec, rows)}
     generated = {} if generated is None else generated
-    key = (model_dir, tuple(json.dumps(cand["decoding"].get(k)) for k in DECODING_KEYS))
+    key = (model_dir, generation_key(cand["decoding"]))
     if key not in generated:
         out, _ = model_rewrites({**spec, "generation": {**cand["decoding"], "latency_sample": 0,
                                                         "append_history": False}}, cfg, tenant, rows, model_dir,
