@@ -144,10 +144,19 @@ PYTHON312 ?= $(shell command -v python3.12 >/dev/null 2>&1 && python3.12 -c 'imp
 	.venvs/kit/bin/pip install -q -r envs/gpu-kit.txt
 	touch $@
 
+# The learning run's tenant (its SFT student travels: the sft stage's adapter and the base GGUF) and the configfiles
+# over config.yaml that make it, as for snakemake (dur-dev: GPU_KIT_LEARN_TENANT=durdev
+# GPU_KIT_CONFIGFILES=data/durdev/config.yaml after `make durdev`; CI: .ci/gpu-kit.yaml, a 2-step SFT).
+GPU_KIT_LEARN_TENANT ?= $(GPU_KIT_TENANT)
+GPU_KIT_CONFIGFILES ?=
 gpu-kit: $(VENV)/.data-env .venvs/swift/.installed .venvs/verl/.installed .venvs/kit/.installed
 	$(BIN)/snakemake --cores $(CORES) models/base results/$(GPU_KIT_TENANT)/rl/train.parquet \
 	    results/$(GPU_KIT_TENANT)/reward_check.json
-	$(PYTHON) -m qrewrite.gpucheck.kit --tenant $(GPU_KIT_TENANT)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --cores $(CORES) \
+	    $(if $(GPU_KIT_CONFIGFILES),--configfile $(GPU_KIT_CONFIGFILES)) models/$(GPU_KIT_LEARN_TENANT)/sft-merged \
+	    results/$(GPU_KIT_LEARN_TENANT)/rl/train.parquet results/$(GPU_KIT_LEARN_TENANT)/reward_check.json
+	$(PYTHON) -m qrewrite.gpucheck.kit --tenant $(GPU_KIT_TENANT) --learn-tenant $(GPU_KIT_LEARN_TENANT) \
+	    $(foreach f,$(GPU_KIT_CONFIGFILES),--configfile $(f))
 
 # The CPU rehearsal of the check (.ci/run: its venv beside the tests, its runs after them): the same kit in a Python 3.12
 # venv holding what the GPU image holds (.gpu/image-standin.txt: the packages the kit leaves home for the image,
@@ -169,6 +178,7 @@ gpu-rehearsal: gpu-kit
 gpu-rehearsal-run:
 	$(MAKE) .venvs/gpu-rehearsal/.installed
 	bash scripts/gpu_verl_check.sh --rehearse .gpu/chunks .gpu/rehearsal
+	bash scripts/gpu_rl_learn.sh --rehearse .gpu/chunks .gpu/learn-chunks .gpu/rehearsal-learn
 
 # The rehearsal's venv (the image's CUDA torch stack, ~5.7 GB) and its work dir (the installed kit, ~1.3 GB):
 # nothing in `make test` reads them (the kit tests read .gpu/), so CI frees them before the tests.

@@ -27,14 +27,10 @@ TENANT=${TENANT:-fivedoctors}
 if [ $REHEARSE = 1 ]; then PY=${PY:-.venvs/gpu-rehearsal/bin/python}; W=${QRW_GPU_WORK:-/tmp/qrw-gpu-rehearsal}
 else PY=${PY:-python3}; W=${QRW_GPU_WORK:-/tmp/qrw-gpu}; fi
 SECONDS=0
-say() { echo "[check ${SECONDS}s] $*"; }
 mark() { echo "{\"event\": \"$1\", \"part\": \"$PART\", \"t_s\": $SECONDS}" >> "$W/timeline.jsonl"; }
 left() { echo $(( DEADLINE_S - SECONDS )); }
 
-# bm25s (the reward's RAG) runs jax at import: with jax on CUDA, XLA would take 75 % of the GPU (docs/gpu-check.md).
-# vLLM's FlashInfer sampler is on by default and FlashInfer stays home (envs/gpu-kit-exclude.txt).
-export JAX_PLATFORMS=cpu VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
-       HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false RAY_USAGE_STATS_ENABLED=0 RAY_DISABLE_DOCKER_CPU_WARNING=1
+source "$(dirname "$0")/gpu_kit_lib.sh"
 
 # a previous call's runs on this machine (their own process sessions outlive a call): stop them first
 $PY -m qrewrite.gpucheck.phase --stop-all 2>/dev/null
@@ -45,26 +41,9 @@ fi
 mkdir -p "$W"/{logs,status,stats,cfg,kit}
 mark start
 
-SITE=$W/site
-STAMP=$(sha256sum "$STAGE/chunk-00/manifest.json" | cut -d' ' -f1)
-if [ "$(cat "$SITE/.kit" 2>/dev/null)" != "$STAMP" ]; then
-  rm -rf "$SITE" "$W/files"
-  $PY -m qrewrite.training.wheel_stage install "$STAGE" --target "$SITE" --files-to "$W/files" | tail -1 || exit 1
-  # bytecode once here, in parallel, instead of in each of the runs' many processes
-  $PY -m compileall -q -j 0 "$SITE" >/dev/null 2>&1
-  echo "$STAMP" > "$SITE/.kit"
-  say "installed"
-else
-  say "kit already installed here ($STAMP)"
-fi
-export PYTHONPATH=$SITE
+kit_install || exit 1
 [ -f "$W/kit/model/config.json" ] || tar xzf "$W/files/kit-payload.tar.gz" -C "$W/kit" || exit 1
-if command -v nvidia-smi >/dev/null; then
-  nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,noheader,nounits -lms 500 \
-    >> "$W/nvsmi.csv" 2>/dev/null &
-  SMI=$!
-  trap 'kill $SMI 2>/dev/null' EXIT
-fi
+gpu_sampler
 mark installed
 
 finish() {  # collect what there is, judge it, exit with the verdict

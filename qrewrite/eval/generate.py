@@ -48,14 +48,16 @@ def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_s
                       threads: int | None, device: str, latency_sample: int = 0,
                       repetition_penalty: float | None = None,
                       no_repeat_ngram_size: int | None = None,
-                      copy_bias: float | None = None, trim_loops: bool = False) -> tuple[list[dict], dict]:
+                      copy_bias: float | None = None, trim_loops: bool = False,
+                      dtype: str | None = None) -> tuple[list[dict], dict]:
     """([{query_id, rewrite, raw_completion, latency_s, compute_s, new_tokens, finished, degenerate}], info) for
     `rows`. `degenerate`: why the rewrite is not one (qrewrite.eval.degenerate), else None; the rewrite is kept as
     generated. repetition_penalty / no_repeat_ngram_size: transformers' decoding guards against loops (None: off).
     copy_bias: added to the logit of every token of the row's own question, profile and history (``CopyBias``): a
     rewrite mostly copies its input, and a small model otherwise writes in a name it half remembers.
     trim_loops: a rewrite that loops ends where the loop began (qrewrite.eval.degenerate.trim_loop; `loop_trimmed`
-    says so, `raw_completion` keeps what the model wrote)."""
+    says so, `raw_completion` keeps what the model wrote). dtype: None = bfloat16 on cuda, float32 on cpu; "float32"
+    on cuda reproduces the CPU's numbers more closely (the GPU learning run's agreement check)."""
     from .degenerate import degeneracy, source_text, trim_loop
 
     import torch
@@ -69,7 +71,8 @@ def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_s
     try:
         tok = AutoTokenizer.from_pretrained(model_dir)
         model = AutoModelForCausalLM.from_pretrained(
-            model_dir, dtype=torch.bfloat16 if device == "cuda" else torch.float32).to(device)
+            model_dir, dtype=getattr(torch, dtype) if dtype else torch.bfloat16 if device == "cuda" else torch.float32
+        ).to(device)
     except (OSError, ValueError) as exc:
         raise QrewriteError(f"cannot load the model: {exc}", file=model_dir,
                             hint="a model candidate needs a merged Hugging Face folder (config.json, weights, "

@@ -36,6 +36,7 @@ from .. import REPO
 from ..errors import QrewriteError
 from ..io_utils import atomic_path, write_json
 from ..training import wheel_stage as ws
+from . import learn_kit
 from .slim import SLIM, slim_wheel
 
 REQUIREMENTS = ("envs/verl-gpu.txt", "envs/verl.txt")
@@ -124,9 +125,9 @@ def _tar_add(tar: tarfile.TarFile, path: Path, arcname: str) -> None:
             tar.addfile(info, fh)
 
 
-def build_payload(dest: Path, *, tenant: str, base: Path, model_python: str, work: Path) -> dict:
+def build_payload(dest: Path, *, tenant: str, base: Path, model_python: str, work: Path, root: Path = REPO) -> dict:
     """kit-payload.tar.gz: model/ (tiny Qwen2), rl/ (the tenant's RL data), reward_check.json."""
-    rl, check = REPO / "results" / tenant / "rl", REPO / "results" / tenant / "reward_check.json"
+    rl, check = root / "results" / tenant / "rl", root / "results" / tenant / "reward_check.json"
     missing = [str(p) for p in (rl / "train.parquet", rl / "val.parquet", rl / "val.swift.jsonl", check,
                                 base / "config.json") if not p.is_file()]
     if missing:
@@ -169,7 +170,8 @@ def calls(chunks: list[str]) -> list[dict]:
     return out
 
 
-def build(out: Path, *, tenant: str, base: Path, pip_python: str, model_python: str, max_mib: float) -> dict:
+def build(out: Path, *, tenant: str, base: Path, pip_python: str, model_python: str, max_mib: float,
+          root: Path = REPO) -> dict:
     t0 = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
     report = resolve_report(out, pip_python)
@@ -182,7 +184,7 @@ def build(out: Path, *, tenant: str, base: Path, pip_python: str, model_python: 
     shutil.rmtree(carry, ignore_errors=True)
     carry.mkdir()
     carried = carry_wheels(plan, wheels, carry)
-    payload = build_payload(carry / PAYLOAD, tenant=tenant, base=base, model_python=model_python, work=out)
+    payload = build_payload(carry / PAYLOAD, tenant=tenant, base=base, model_python=model_python, work=out, root=root)
     manifest = ws.split(carry, out / "chunks", max_mib=max_mib)
     where = {p["wheel"]: sorted({q["chunk"] for q in manifest["pieces"] if q["wheel"] == p["wheel"]})
              for p in manifest["pieces"]}
@@ -223,17 +225,29 @@ def main(argv: list[str] | None = None) -> int:
                                  description="Build the verl GPU check's kit under .gpu/ (docs/gpu-check.md).")
     ap.add_argument("--out", default=str(REPO / ".gpu"))
     ap.add_argument("--tenant", default="fivedoctors", help="whose RL data travels (results/T/rl)")
-    ap.add_argument("--base", default=str(REPO / "models" / "base"), help="model folder whose tokenizer the tiny "
-                    "model takes (the Qwen2.5 base the pipeline converts)")
+    ap.add_argument("--base", help="model folder whose tokenizer the tiny model takes (default ROOT/models/base: "
+                    "the Qwen2.5 base the pipeline converts)")
     ap.add_argument("--pip-python", default=str(REPO / ".venvs" / "kit" / "bin" / "python"),
                     help="a Python whose pip resolves for the device (pip >= 25 reads metadata only: fast)")
     ap.add_argument("--model-python", default=str(REPO / ".venvs" / "verl" / "bin" / "python"),
                     help="a Python with transformers (the verl env: the version the device runs)")
     ap.add_argument("--max-mib", type=float, default=MAX_MIB)
+    ap.add_argument("--learn-tenant", help="whose SFT student the learning run trains (default: --tenant)")
+    ap.add_argument("--configfile", action="append", default=[],
+                    help="config over config.yaml for the learning tenant, as snakemake --configfile (repeatable)")
+    ap.add_argument("--swift-python", default=str(REPO / ".venvs" / "swift" / "bin" / "python"),
+                    help="the CPU eval's Python (the swift env): it writes the student's reference rewrites")
+    ap.add_argument("--root", default=str(REPO), help="the pipeline run whose results/, models/ and cache/gguf the "
+                    "kit takes (default: this checkout)")
+    ap.add_argument("--no-learn", action="store_true", help="the check's kit only, no learning run")
     args = ap.parse_args(argv)
     try:
-        kit = build(Path(args.out), tenant=args.tenant, base=Path(args.base), pip_python=args.pip_python,
-                    model_python=args.model_python, max_mib=args.max_mib)
+        root = Path(args.root)
+        kit = build(Path(args.out), tenant=args.tenant, base=Path(args.base or root / "models" / "base"),
+                    pip_python=args.pip_python, model_python=args.model_python, max_mib=args.max_mib, root=root)
+        learn = None if args.no_learn else learn_kit.build(
+            Path(args.out), tenant=args.learn_tenant or args.tenant, root=root, configfiles=args.configfile,
+            swift_python=args.swift_python, max_mib=args.max_mib, check_chunks=kit["chunks"])
     except (QrewriteError, subprocess.CalledProcessError) as e:
         print(f"gpu-kit: error: {e}", file=sys.stderr)
         return 2
@@ -242,9 +256,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(kit['carried'])} files, {kit['total_mib']} MiB in {len(kit['chunks'])} chunks; "
           f"{len(kit['left_home'])} resolved packages left home ({args.out}/kit.json says why); "
           f"built in {kit['build_s']} s")
-    print("device calls, back to back (docs/gpu-check.md):")
+    print("the check's device calls, back to back (docs/gpu-check.md):")
     for c in kit["calls"]:
         print(f"  carry={c['carry']} timeout_s={c['timeout_s']}: {c['command']}")
+    if learn:
+        learn_kit.print_plan(learn)
     return 0
 
 

@@ -62,10 +62,10 @@ def rewrites(cand: dict, cfg: dict, tenant: dict, rows: list[dict], model_dir: s
 
 
 def score(cfg: dict, tenant: dict, rows: list[dict], cands: list[dict], models: dict[str, str],
-          threads: int | None) -> tuple[list[dict], dict[str, list]]:
+          threads: int | None, generated: dict | None = None) -> tuple[list[dict], dict[str, list]]:
     """(figures cheapest first: {name, mean, ci_low, ci_high, n}, per-row Hit@1 by name) on `rows`.
-    `models`: artifact key → model folder."""
-    texts, generated = {}, {}
+    `models`: artifact key → model folder; `generated`: `rewrites`' memo of these rows (a caller's, to keep)."""
+    texts, generated = {}, {} if generated is None else generated
     for c in cands:
         log.info("release candidate %s: rewriting %d validation rows", c["name"], len(rows))
         texts[c["name"]] = rewrites(c, cfg, tenant, rows, models.get(c["artifact"]), threads, generated)

@@ -1,0 +1,146 @@
+"""What the learning run sends back: summary.json (phases, the student's rebuild and check, verl's per-step reward,
+KL and times, GPU memory, the eval's figures, the verdict), eval.json and the logs; for a CPU rehearsal, the verdict
+that every step before the GPU ran and GRPO stopped where a GPU is needed, not before.
+
+  python -m qrewrite.gpucheck.learn_collect WORK OUT [--part 1|2|all] [--rehearse]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+from ..io_utils import write_json
+from .collect import EARLY, GPU_BOUNDARY, first_error, gpu_memory, model_record, step_metrics
+
+PHASES = ("student", "student_check", "eval_sft", "grpo", "eval")
+
+
+def _json(p: Path):
+    return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else None
+
+
+def reward_trend(steps: list[dict], key: str = "critic/score/mean") -> dict:
+    """First and last third of the per-step reward, and whether the rise clears the steps' own spread (the last
+    third's mean minus the first's, against twice the standard error of that difference)."""
+    r = [s[key] for s in steps if s.get(key) is not None]
+    if len(r) < 3:
+        return {"n": len(r), "values": r}
+    k = max(1, len(r) // 3)
+    a, b = r[:k], r[-k:]
+
+    def mean(x):
+        return sum(x) / len(x)
+
+    def var(x):
+        m = mean(x)
+        return sum((v - m) ** 2 for v in x) / max(1, len(x) - 1)
+
+    se = (var(a) / len(a) + var(b) / len(b)) ** 0.5
+    rise = mean(b) - mean(a)
+    return {"n": len(r), "values": r, "first_third": round(mean(a), 4), "last_third": round(mean(b), 4),
+            "rise": round(rise, 4), "rise_se": round(se, 4), "rose_beyond_noise": bool(rise > 2 * se)}
+
+
+def collect(work: Path, out: Path) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    phases = {}
+    for name in PHASES:
+        st = _json(work / "status" / f"{name}.json")
+        if st:
+            st["error"] = None if st["rc"] == 0 else first_error(st.get("tail", []))
+            if not st["error"]:
+                st.pop("tail", None)
+            phases[name] = st
+    steps = step_metrics(work / "logs" / "grpo.log")
+    ev, ev_sft = _json(work / "eval.json"), _json(work / "eval-sft.json")
+    s = {"timeline": [json.loads(ln) for ln in (work / "timeline.jsonl").read_text().splitlines()]
+         if (work / "timeline.jsonl").is_file() else [],
+         "phases": phases, "student": _json(work / "stats" / "student.json"),
+         "student_check": _json(work / "stats" / "student_check.json"),
+         "steps": steps, "reward": reward_trend(steps), "rl_stats": _json(work / "stats" / "grpo.json"),
+         "models": {n: model_record(work / "models" / n) for n in ("sft", "rl")},
+         "gpu_memory": gpu_memory(work / "nvsmi.csv"), "eval": ev, "eval_sft": ev_sft}
+    s["failures"] = {n: p["error"] for n, p in phases.items() if p.get("error")}
+    for name in PHASES:
+        log = work / "logs" / f"{name}.log"
+        if log.is_file():
+            with open(log, "rb") as fin, gzip.open(out / f"{name}.log.gz", "wb") as fout:
+                shutil.copyfileobj(fin, fout)
+    for name, e in (("eval.json", ev), ("eval-sft.json", ev_sft)):
+        if e:
+            write_json(out / name, e)
+    with tarfile.open(out / "results.tar.gz", "w:gz") as tar:
+        for sub in ("stats", "status", "cfg", "tb"):
+            if (work / sub).is_dir():
+                tar.add(work / sub, arcname=sub)
+        lin = work / "models" / "rl" / "lineage.json"
+        if lin.is_file():
+            tar.add(lin, arcname="models/rl/lineage.json")
+    return s
+
+
+def _eval_check(ev: dict, phase: dict, want: set[str], what: str) -> tuple[str, bool, str]:
+    figs = (ev.get("test") or {}).get("figures") or {}
+    return (f"{what}: the release chosen on validation, test Hit@1 of " + ", ".join(sorted(want)),
+            bool(ev) and want <= set(figs) and bool((ev.get("validation") or {}).get("release")),
+            str(phase.get("error") or sorted(figs)))
+
+
+def verdict(s: dict, work: Path, *, rehearsal: bool, part: str = "all") -> list[tuple[str, bool, str]]:
+    """(check, passed, detail): part 1 (the student and the SFT half of the eval), part 2 (GRPO and the eval with
+    RL), all; a rehearsal's GRPO must stop where a GPU is needed, and its eval has no RL model."""
+    ph, chk = s["phases"], s["student_check"] or {}
+    student_ok = (ph.get("student") or {"rc": 0}).get("rc") == 0 and s["models"]["sft"].get("exists", False)
+    out = [("the student was rebuilt from the GGUF and the SFT adapter", student_ok,
+            str((ph.get("student") or {}).get("error"))),
+           ("the rebuilt student writes the CPU's rewrites",
+            bool(chk) and chk["equal"] == chk["rows"], f"{chk.get('equal')}/{chk.get('rows')}")]
+    base = {"query_history", "teacher", "sft", "release"}
+    if part in ("1", "all"):
+        out.append(_eval_check(s["eval_sft"] or {}, ph.get("eval_sft") or {}, base, "eval (SFT half)"))
+    if part == "1":
+        return out
+    grpo = ph.get("grpo") or {}
+    err = grpo.get("error") or ""
+    if rehearsal:
+        log = work / "logs" / "grpo.log"
+        text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+        out += [("grpo: verl's validate_config passed", "All configuration checks passed" in text, ""),
+                ("grpo: Ray started and the trainer built its workers",
+                 "Started a local Ray instance" in text and "create worker group" in text, ""),
+                ("grpo: not stopped by an import or config error", EARLY.search(err) is None, err[:200]),
+                ("grpo: stopped where a GPU is needed", bool(GPU_BOUNDARY.search(err)), err[:200])]
+    else:
+        out += [("grpo trained its epoch and merged", grpo.get("rc") == 0 and s["models"]["rl"].get("lineage", False),
+                 err[:200] or f"steps {[x['step'] for x in s['steps']]}")]
+    out.append(_eval_check(s["eval"] or {}, ph.get("eval") or {}, base | (set() if rehearsal else {"rl"}), "eval"))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m qrewrite.gpucheck.learn_collect", description=__doc__.split("\n")[0])
+    ap.add_argument("work")
+    ap.add_argument("out")
+    ap.add_argument("--rehearse", action="store_true", help="judge a CPU rehearsal (GRPO ends at the GPU boundary)")
+    ap.add_argument("--part", choices=("1", "2", "all"), default="all")
+    args = ap.parse_args(argv)
+    s = collect(Path(args.work), Path(args.out))
+    checks = verdict(s, Path(args.work), rehearsal=args.rehearse, part=args.part)
+    s["verdict"] = [{"check": c, "passed": ok, "detail": d} for c, ok, d in checks]
+    write_json(Path(args.out) / "summary.json", s)
+    for name, p in s["phases"].items():
+        print(f"{name}: rc {p['rc']} {p['wall_s']} s" + (f" ERROR {p['error']}" if p.get("error") else ""))
+    print("reward per step:", s["reward"])
+    print("gpu memory:", s["gpu_memory"])
+    for c, ok, d in checks:
+        print(f"  {'PASS' if ok else 'FAIL'}  {c}" + (f"  ({d})" if d and not ok else ""))
+    return 0 if all(ok for _, ok, _ in checks) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
