@@ -152,9 +152,9 @@ GPU_KIT_CONFIGFILES ?=
 gpu-kit: $(VENV)/.data-env .venvs/swift/.installed .venvs/verl/.installed .venvs/kit/.installed
 	$(BIN)/snakemake --cores $(CORES) models/base results/$(GPU_KIT_TENANT)/rl/train.parquet \
 	    results/$(GPU_KIT_TENANT)/reward_check.json
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --cores $(CORES) \
-	    $(if $(GPU_KIT_CONFIGFILES),--configfile $(GPU_KIT_CONFIGFILES)) models/$(GPU_KIT_LEARN_TENANT)/sft-merged \
-	    results/$(GPU_KIT_LEARN_TENANT)/rl/train.parquet results/$(GPU_KIT_LEARN_TENANT)/reward_check.json
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --cores $(CORES) models/$(GPU_KIT_LEARN_TENANT)/sft-merged \
+	    results/$(GPU_KIT_LEARN_TENANT)/rl/train.parquet results/$(GPU_KIT_LEARN_TENANT)/reward_check.json \
+	    $(if $(GPU_KIT_CONFIGFILES),--configfile $(GPU_KIT_CONFIGFILES))
 	$(PYTHON) -m qrewrite.gpucheck.kit --tenant $(GPU_KIT_TENANT) --learn-tenant $(GPU_KIT_LEARN_TENANT) \
 	    $(foreach f,$(GPU_KIT_CONFIGFILES),--configfile $(f))
 
