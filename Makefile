@@ -155,7 +155,7 @@ gpu-kit: $(VENV)/.data-env .venvs/swift/.installed .venvs/verl/.installed .venvs
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --cores $(CORES) models/$(GPU_KIT_LEARN_TENANT)/sft-merged \
 	    results/$(GPU_KIT_LEARN_TENANT)/rl/train.parquet results/$(GPU_KIT_LEARN_TENANT)/reward_check.json \
 	    $(if $(GPU_KIT_CONFIGFILES),--configfile $(GPU_KIT_CONFIGFILES))
-	$(PYTHON) -m qrewrite.gpucheck.kit --tenant $(GPU_KIT_TENANT) --learn-tenant $(GPU_KIT_LEARN_TENANT) \
+	$(BIN)/python -m qrewrite.gpucheck.kit --tenant $(GPU_KIT_TENANT) --learn-tenant $(GPU_KIT_LEARN_TENANT) \
 	    $(foreach f,$(GPU_KIT_CONFIGFILES),--configfile $(f))
 
 # The CPU rehearsal of the check (.ci/run: its venv beside the tests, its runs after them): the same kit in a Python 3.12
