@@ -17,6 +17,15 @@ from .errors import QrewriteError
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "config.schema.yaml"
 
 
+def deep_merge(base: dict, over: dict) -> dict:
+    """`over` on a copy of `base`: mappings merge key by key, anything else (a list: the tenants) is replaced, as
+    Snakemake merges a --configfile over config.yaml."""
+    out = copy.deepcopy(base)
+    for k, v in (over or {}).items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
 def load_schema() -> dict:
     with open(SCHEMA_PATH, encoding="utf-8") as fh:
         return yaml.safe_load(fh)

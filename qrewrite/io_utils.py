@@ -107,6 +107,33 @@ def sha256_json(obj: Any) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+def write_tar_gz(dest: str | os.PathLike, members: dict[str, Path | bytes]) -> None:
+    """Atomically write a gzipped tar of `members` (arcname -> a file, a folder taken whole, or bytes), in arcname
+    order with mtime 0 and mode 644 throughout: the same contents make the same archive, byte for byte."""
+    import gzip
+    import io
+    import tarfile
+
+    def add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+        info = tarfile.TarInfo(name)
+        info.size, info.mtime, info.mode = len(data), 0, 0o644
+        tar.addfile(info, io.BytesIO(data))
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for arc, src in sorted(members.items()):
+            if isinstance(src, bytes):
+                add(tar, arc, src)
+            elif src.is_file():
+                add(tar, arc, src.read_bytes())
+            else:
+                for p in sorted(q for q in src.rglob("*") if q.is_file()):
+                    add(tar, f"{arc}/{p.relative_to(src).as_posix()}", p.read_bytes())
+    with atomic_path(dest) as tmp:
+        with gzip.GzipFile(tmp, "wb", mtime=0) as gz:
+            gz.write(buf.getvalue())
+
+
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield an empty temp directory next to `path`; on success swap it in place of `path`.

@@ -1,5 +1,6 @@
-# Sourced by scripts/gpu_verl_check.sh and scripts/gpu_rl_learn.sh: the device's environment, and the kit's install.
-# Needs PY, W (the work folder), STAGE (the gathered wheel chunks), REHEARSE; sets SITE and PYTHONPATH.
+# Sourced by scripts/gpu_verl_check.sh and scripts/gpu_rl_learn.sh: the device's environment, the kit's install and
+# the runs' bookkeeping. Needs PY, W (the work folder), STAGE (the gathered wheel chunks), PART, DEADLINE_S (seconds,
+# counted by SECONDS); kit_install sets SITE and PYTHONPATH.
 
 # bm25s (the reward's RAG) runs jax at import: with jax on CUDA, XLA would take 75 % of the GPU (docs/gpu-check.md).
 # vLLM's FlashInfer sampler is on by default and FlashInfer stays home (envs/gpu-kit-exclude.txt).
@@ -7,6 +8,13 @@ export JAX_PLATFORMS=cpu VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1 HF_HUB
        HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false RAY_USAGE_STATS_ENABLED=0 RAY_DISABLE_DOCKER_CPU_WARNING=1
 
 say() { echo "[${LABEL:-check} ${SECONDS}s] $*"; }
+mark() { echo "{\"event\": \"$1\", \"part\": \"$PART\", \"t_s\": $SECONDS}" >> "$W/timeline.jsonl"; }
+left() { echo $(( DEADLINE_S - SECONDS )); }
+phase() {  # NAME [phase options] -- COMMAND: stopped by the deadline at the latest
+  local name=$1; shift
+  $PY -m qrewrite.gpucheck.phase --name "$name" --log "$W/logs/$name.log" --status "$W/status/$name.json" \
+    --budget "$(left)" "$@"
+}
 
 kit_install() {  # the wheels into $W/site, once per machine and kit (part 2 and reruns find them installed)
   SITE=$W/site

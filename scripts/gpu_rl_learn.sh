@@ -7,7 +7,8 @@
 #           while verl starts: the student checked against the CPU's rewrites, and the SFT half of the eval
 #   part 2: wait for GRPO (it outlives part 1's call), then the eval with RL (gpucheck.learn_eval: the release
 #           chosen on validation; test Hit@1 of query + history, teacher, SFT, RL, release; RL − SFT), collect
-#   -> $OUT: summary.json (student, steps, reward, times, GPU memory, eval, verdict), eval.json, logs.
+#   -> $OUT: summary.json (student, steps, reward, times, GPU memory, eval, verdict), eval.json, grpo.log.gz,
+#      nvsmi.csv, results.tar.gz (the rest: learn_collect): 5 files of the 8 a call brings back.
 # Two calls of a warm machine: each stays under a call's 10 minutes and part 1's work overlaps verl's start-up.
 # Everything a rerun needs stays in $W (/tmp/qrw-gpu): the installed kit, the converted base, the merged student and
 # the generations made so far (memo.json): a fix costs one call.
@@ -31,8 +32,6 @@ else PY=${PY:-python3}; W=${QRW_GPU_WORK:-/tmp/qrw-gpu}; DEV=cuda; EVAL_ROWS=; f
 SECONDS=0
 LABEL=learn
 source "$(dirname "$0")/gpu_kit_lib.sh"
-mark() { echo "{\"event\": \"$1\", \"part\": \"$PART\", \"t_s\": $SECONDS}" >> "$W/timeline.jsonl"; }
-left() { echo $(( DEADLINE_S - SECONDS )); }
 R=(--rehearse); [ $REHEARSE = 1 ] || R=()
 
 mkdir -p "$OUT"
@@ -59,11 +58,6 @@ mark installed
 TENANT=$($PY -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['tenants'][0]['name'])" "$L/config.yaml")
 $PY -m qrewrite.gpucheck.run_config --learn "$L" --out "$W/cfg" "${R[@]}" >/dev/null || exit 1
 
-phase() {  # NAME [phase options] -- COMMAND: stopped by the deadline at the latest
-  local name=$1; shift
-  $PY -m qrewrite.gpucheck.phase --name "$name" --log "$W/logs/$name.log" --status "$W/status/$name.json" \
-    --budget "$(left)" "$@"
-}
 finish() {
   cp "$W/nvsmi.csv" "$OUT/" 2>/dev/null
   $PY -m qrewrite.gpucheck.learn_collect "$W" "$OUT" --part "$PART" "${R[@]}"

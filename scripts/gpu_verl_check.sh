@@ -27,8 +27,6 @@ TENANT=${TENANT:-fivedoctors}
 if [ $REHEARSE = 1 ]; then PY=${PY:-.venvs/gpu-rehearsal/bin/python}; W=${QRW_GPU_WORK:-/tmp/qrw-gpu-rehearsal}
 else PY=${PY:-python3}; W=${QRW_GPU_WORK:-/tmp/qrw-gpu}; fi
 SECONDS=0
-mark() { echo "{\"event\": \"$1\", \"part\": \"$PART\", \"t_s\": $SECONDS}" >> "$W/timeline.jsonl"; }
-left() { echo $(( DEADLINE_S - SECONDS )); }
 
 source "$(dirname "$0")/gpu_kit_lib.sh"
 
@@ -68,11 +66,6 @@ rl() {  # RL=( the rl rule's command, as Snakemake runs it, on the kit's model a
   RL=("$PY" -m qrewrite rl --config "$W/cfg/$1.yaml" --tenant "$TENANT" --model "$W/kit/model" --data-dir "$W/kit/rl"
       --reward-check "$W/kit/reward_check.json" --out "$W/models/$1" --run-dir "$W/runs/$1" --tb "$W/tb/$1"
       --stats "$W/stats/$1.json" --threads 8)
-}
-phase() {  # NAME [phase options] -- COMMAND: stopped by the deadline at the latest
-  local name=$1; shift
-  $PY -m qrewrite.gpucheck.phase --name "$name" --log "$W/logs/$name.log" --status "$W/status/$name.json" \
-    --budget "$(left)" "$@"
 }
 
 if [ "${ONLY:-}" = ppo ]; then  # a short look at one PPO run, no resume (a lease's last minutes)

@@ -33,12 +33,17 @@ from qrewrite.training import wheel_stage as ws
 GPU = REPO / ".gpu"
 
 
-def built_kit() -> dict:
-    if not (GPU / "kit.json").is_file():
+def built(name: str) -> dict:
+    """.gpu/<name> as `make gpu-kit` wrote it (kit.json: the check's kit; learn.json: the learning run's)."""
+    if not (GPU / name).is_file():
         if os.environ.get("QREWRITE_REQUIRE_GPU_KIT"):
-            pytest.fail("no .gpu/kit.json: run `make gpu-kit` (.ci/run does, before make test)")
-        pytest.skip("no .gpu/kit.json (make gpu-kit)")
-    return json.loads((GPU / "kit.json").read_text(encoding="utf-8"))
+            pytest.fail(f"no .gpu/{name}: run `make gpu-kit` (.ci/run does, before make test)")
+        pytest.skip(f"no .gpu/{name} (make gpu-kit)")
+    return json.loads((GPU / name).read_text(encoding="utf-8"))
+
+
+def built_kit() -> dict:
+    return built("kit.json")
 
 
 def test_every_exclusion_has_a_reason_and_names_a_resolved_package():

@@ -23,12 +23,12 @@ import pytest
 import yaml
 
 from conftest import REPO
+from test_gpu_kit import GPU, built
 from qrewrite.errors import QrewriteError
 from qrewrite.gpucheck import learn_collect, learn_kit, run_config, student
 from qrewrite.training import wheel_stage as ws
 from qrewrite.training.qwen_wheels import QWEN_PINS
 
-GPU = REPO / ".gpu"
 
 
 def test_the_plan_fits_the_lease_and_runs_the_two_parts_last():
@@ -46,16 +46,8 @@ def test_the_plan_fits_the_lease_and_runs_the_two_parts_last():
     assert not learn_kit.plan(check, learn, 2000)["fits"]  # 125 steps do not fit: the kit build stops
 
 
-def built_learn_kit() -> dict:
-    if not (GPU / "learn.json").is_file():
-        if os.environ.get("QREWRITE_REQUIRE_GPU_KIT"):
-            pytest.fail("no .gpu/learn.json: run `make gpu-kit` (.ci/run does, before make test)")
-        pytest.skip("no .gpu/learn.json (make gpu-kit)")
-    return json.loads((GPU / "learn.json").read_text(encoding="utf-8"))
-
-
 def test_the_built_kit_carries_the_student_and_its_data():
-    k = built_learn_kit()
+    k = built("learn.json")
     manifest = ws.load_manifest(GPU / "learn-chunks")
     assert manifest["chunks"] == k["chunks"]
     files = {f["file"]: f for f in manifest["files"]}
@@ -132,7 +124,8 @@ def _kit_data(tmp_path: Path) -> tuple[Path, Path]:
         queries.append({"id": f"q{i}", "row": i + 2, "query": q, "profile": "", "history": h, "gold_doc_ids": [gold]})
         rows["val" if i < 3 else "test"].append({"messages": [], "meta": {"query_id": f"q{i}"}})
     for name, lines in (("queries.jsonl", queries), ("sft_val.jsonl", rows["val"]), ("sft_test.jsonl", rows["test"]),
-                        ("teacher.jsonl", [{"id": q["id"], "rewrite": f"{q['history']}{q['query']}"} for q in queries]),
+                        ("teacher.jsonl", [{"id": q["id"], "status": "ok", "rewrite": f"{q['history']}{q['query']}"}
+                                           for q in queries]),
                         ("cpu_eval_sft.jsonl", [{"query_id": q["id"], "rewrite": "别的"} for q in queries[3:]])):
         (data / name).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in lines), encoding="utf-8")
     (tmp_path / "kb.jsonl").write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in kb), encoding="utf-8")
@@ -201,6 +194,7 @@ def test_the_rehearsal_verdict_wants_the_gpu_boundary_and_the_cpus_rewrites(tmp_
     nccl = "RuntimeError: ProcessGroupNCCL is only supported with GPUs, no GPUs found!"
     w = _learn_dir(tmp_path / "a", grpo_tail=nccl, equal=8, eval_figs=figs)
     s = learn_collect.collect(w, tmp_path / "a" / "out")
+    assert len(list((tmp_path / "a" / "out").iterdir())) <= 8  # what a device call brings back
     assert all(ok for _, ok, _ in learn_collect.verdict(s, w, rehearsal=True)), learn_collect.verdict(s, w,
                                                                                                      rehearsal=True)
     early = _learn_dir(tmp_path / "b", grpo_tail="ModuleNotFoundError: No module named 'gguf'", equal=8,

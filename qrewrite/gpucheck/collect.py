@@ -128,8 +128,8 @@ def model_record(folder: Path) -> dict:
     return rec
 
 
-def collect(work: Path, out: Path) -> dict:
-    out.mkdir(parents=True, exist_ok=True)
+def read_phases(work: Path) -> dict[str, dict]:
+    """name -> each phase's status (qrewrite.gpucheck.phase), its error line where it failed (its log tail kept)."""
     phases = {}
     for status in sorted((work / "status").glob("*.json")):
         st = json.loads(status.read_text(encoding="utf-8"))
@@ -137,11 +137,39 @@ def collect(work: Path, out: Path) -> dict:
         if not st["error"]:
             st.pop("tail", None)
         phases[st["name"]] = st
+    return phases
+
+
+def read_timeline(work: Path) -> list[dict]:
+    t = work / "timeline.jsonl"
+    return [json.loads(ln) for ln in t.read_text().splitlines()] if t.is_file() else []
+
+
+def keep_logs(work: Path, out: Path, names) -> None:
+    """Each named phase's log, gzipped into out (a device call brings back at most 8 files)."""
+    for name in names:
+        log = work / "logs" / f"{name}.log"
+        if log.is_file():
+            with open(log, "rb") as fin, gzip.open(out / f"{name}.log.gz", "wb") as fout:
+                shutil.copyfileobj(fin, fout)
+
+
+def conclude(s: dict, checks: list[tuple[str, bool, str]], out: Path) -> int:
+    """The verdict into summary.json and on the console; 0 when every check passed."""
+    s["verdict"] = [{"check": c, "passed": ok, "detail": d} for c, ok, d in checks]
+    write_json(out / "summary.json", s)
+    for c, ok, d in checks:
+        print(f"  {'PASS' if ok else 'FAIL'}  {c}" + (f"  ({d})" if d and not ok else ""))
+    return 0 if all(ok for _, ok, _ in checks) else 1
+
+
+def collect(work: Path, out: Path) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    phases = read_phases(work)
     logs = work / "logs"
     summary = {
         "env": json.loads((work / "env.json").read_text()) if (work / "env.json").is_file() else None,
-        "timeline": [json.loads(ln) for ln in (work / "timeline.jsonl").read_text().splitlines()]
-        if (work / "timeline.jsonl").is_file() else [],
+        "timeline": read_timeline(work),
         "phases": phases,
         "steps": (steps := {name: step_metrics(logs / f"{name}.log") for name in phases}),
         "validation": {name: validation_metrics(logs / f"{name}.log") for name in phases},
@@ -158,11 +186,7 @@ def collect(work: Path, out: Path) -> dict:
     }
     summary["failures"] = {n: p["error"] for n, p in phases.items() if p.get("error")}
     write_json(out / "summary.json", summary)
-    for name in phases:
-        log = logs / f"{name}.log"
-        if log.is_file():
-            with open(log, "rb") as fin, gzip.open(out / f"{name}.log.gz", "wb") as fout:
-                shutil.copyfileobj(fin, fout)
+    keep_logs(work, out, phases)
     with tarfile.open(out / "results.tar.gz", "w:gz") as tar:
         for sub in ("stats", "status", "cfg", "tb"):
             if (work / sub).is_dir():
@@ -248,17 +272,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     s = collect(Path(args.work), Path(args.out))
     checks = verdict(s, Path(args.work), rehearsal=args.rehearsal, part=args.part)
-    s["verdict"] = [{"check": c, "passed": ok, "detail": d} for c, ok, d in checks]
-    write_json(Path(args.out) / "summary.json", s)
     for name, p in s["phases"].items():
         print(f"{name}: rc {p['rc']} {p['wall_s']} s" + (f" stopped {p['killed']}" if p["killed"] else "")
               + (f" ERROR {p['error']}" if p.get("error") else "") + f"; steps {[r['step'] for r in s['steps'][name]]}")
     print("resume:", json.dumps(s["resume"], ensure_ascii=False)[:600])
     print("models:", {n: m.get("exists") and m.get("lineage") for n, m in s["models"].items()})
     print("gpu memory:", s["gpu_memory"])
-    for c, ok, d in checks:
-        print(f"  {'PASS' if ok else 'FAIL'}  {c}" + (f"  ({d})" if d and not ok else ""))
-    return 0 if all(ok for _, ok, _ in checks) else 1
+    return conclude(s, checks, Path(args.out))
 
 
 if __name__ == "__main__":

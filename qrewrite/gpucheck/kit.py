@@ -22,19 +22,17 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import hashlib
-import io
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 
 from .. import REPO
 from ..errors import QrewriteError
-from ..io_utils import atomic_path, write_json
+from ..io_utils import atomic_path, write_json, write_tar_gz
 from ..training import wheel_stage as ws
 from . import learn_kit
 from .slim import SLIM, slim_wheel
@@ -114,17 +112,6 @@ def carry_wheels(plan: dict, wheels: Path, carry: Path) -> list[dict]:
     return rows
 
 
-def _tar_add(tar: tarfile.TarFile, path: Path, arcname: str) -> None:
-    """Deterministic members: the same files make the same archive."""
-    for p in [path] if path.is_file() else sorted(path.rglob("*")):
-        if p.is_dir():
-            continue
-        info = tarfile.TarInfo(arcname if p == path else f"{arcname}/{p.relative_to(path).as_posix()}")
-        info.size, info.mtime, info.mode = p.stat().st_size, 0, 0o644
-        with open(p, "rb") as fh:
-            tar.addfile(info, fh)
-
-
 def build_payload(dest: Path, *, tenant: str, base: Path, model_python: str, work: Path, root: Path = REPO) -> dict:
     """kit-payload.tar.gz: model/ (tiny Qwen2), rl/ (the tenant's RL data), reward_check.json."""
     rl, check = root / "results" / tenant / "rl", root / "results" / tenant / "reward_check.json"
@@ -143,15 +130,7 @@ def build_payload(dest: Path, *, tenant: str, base: Path, model_python: str, wor
     if proc.returncode:
         raise QrewriteError(f"tiny model: {model_python} failed:\n{proc.stderr[-2000:]}")
     tiny = json.loads(proc.stdout.strip().splitlines()[-1])
-    with atomic_path(dest) as tmp:
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            _tar_add(tar, model, "model")
-            _tar_add(tar, rl, "rl")
-            _tar_add(tar, check, "reward_check.json")
-        import gzip
-        with gzip.GzipFile(tmp, "wb", mtime=0) as gz:
-            gz.write(buf.getvalue())
+    write_tar_gz(dest, {"model": model, "rl": rl, "reward_check.json": check})
     return {"tenant": tenant, "tiny_model": tiny, "rl_files": sorted(p.name for p in rl.iterdir()),
             "mib": round(dest.stat().st_size / ws.MIB, 2)}
 

@@ -1,6 +1,8 @@
 """What the learning run sends back: summary.json (phases, the student's rebuild and check, verl's per-step reward,
-KL and times, GPU memory, the eval's figures, the verdict), eval.json and the logs; for a CPU rehearsal, the verdict
-that every step before the GPU ran and GRPO stopped where a GPU is needed, not before.
+KL and times, GPU memory, both eval halves, the verdict), eval.json, GRPO's log, nvidia-smi's samples and
+results.tar.gz (stats, status, configs, TensorBoard, the other phases' logs, RL lineage): 5 files, within the 8 a
+device call brings back. For a CPU rehearsal, the verdict that every step before the GPU ran and GRPO stopped where
+a GPU is needed, not before.
 
   python -m qrewrite.gpucheck.learn_collect WORK OUT [--part 1|2|all] [--rehearse]
 """
@@ -8,16 +10,13 @@ that every step before the GPU ran and GRPO stopped where a GPU is needed, not b
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
-import shutil
 import tarfile
 from pathlib import Path
 
 from ..io_utils import write_json
-from .collect import EARLY, GPU_BOUNDARY, first_error, gpu_memory, model_record, step_metrics
-
-PHASES = ("student", "student_check", "eval_sft", "grpo", "eval")
+from .collect import (EARLY, GPU_BOUNDARY, conclude, gpu_memory, keep_logs, model_record, read_phases, read_timeline,
+                      step_metrics)
 
 
 def _json(p: Path):
@@ -48,36 +47,22 @@ def reward_trend(steps: list[dict], key: str = "critic/score/mean") -> dict:
 
 def collect(work: Path, out: Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
-    phases = {}
-    for name in PHASES:
-        st = _json(work / "status" / f"{name}.json")
-        if st:
-            st["error"] = None if st["rc"] == 0 else first_error(st.get("tail", []))
-            if not st["error"]:
-                st.pop("tail", None)
-            phases[name] = st
+    phases = read_phases(work)
     steps = step_metrics(work / "logs" / "grpo.log")
     ev, ev_sft = _json(work / "eval.json"), _json(work / "eval-sft.json")
-    s = {"timeline": [json.loads(ln) for ln in (work / "timeline.jsonl").read_text().splitlines()]
-         if (work / "timeline.jsonl").is_file() else [],
-         "phases": phases, "student": _json(work / "stats" / "student.json"),
+    s = {"timeline": read_timeline(work), "phases": phases, "student": _json(work / "stats" / "student.json"),
          "student_check": _json(work / "stats" / "student_check.json"),
          "steps": steps, "reward": reward_trend(steps), "rl_stats": _json(work / "stats" / "grpo.json"),
          "models": {n: model_record(work / "models" / n) for n in ("sft", "rl")},
          "gpu_memory": gpu_memory(work / "nvsmi.csv"), "eval": ev, "eval_sft": ev_sft}
     s["failures"] = {n: p["error"] for n, p in phases.items() if p.get("error")}
-    for name in PHASES:
-        log = work / "logs" / f"{name}.log"
-        if log.is_file():
-            with open(log, "rb") as fin, gzip.open(out / f"{name}.log.gz", "wb") as fout:
-                shutil.copyfileobj(fin, fout)
-    for name, e in (("eval.json", ev), ("eval-sft.json", ev_sft)):
-        if e:
-            write_json(out / name, e)
+    keep_logs(work, out, ["grpo"])
+    if ev:
+        write_json(out / "eval.json", ev)
     with tarfile.open(out / "results.tar.gz", "w:gz") as tar:
-        for sub in ("stats", "status", "cfg", "tb"):
-            if (work / sub).is_dir():
-                tar.add(work / sub, arcname=sub)
+        for sub in ("stats", "status", "cfg", "tb", "logs"):
+            if (work / sub).is_dir():  # GRPO's log travels on its own (gzipped above)
+                tar.add(work / sub, arcname=sub, filter=lambda m: None if m.name == "logs/grpo.log" else m)
         lin = work / "models" / "rl" / "lineage.json"
         if lin.is_file():
             tar.add(lin, arcname="models/rl/lineage.json")
@@ -131,15 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     s = collect(Path(args.work), Path(args.out))
     checks = verdict(s, Path(args.work), rehearsal=args.rehearse, part=args.part)
-    s["verdict"] = [{"check": c, "passed": ok, "detail": d} for c, ok, d in checks]
-    write_json(Path(args.out) / "summary.json", s)
     for name, p in s["phases"].items():
         print(f"{name}: rc {p['rc']} {p['wall_s']} s" + (f" ERROR {p['error']}" if p.get("error") else ""))
     print("reward per step:", s["reward"])
     print("gpu memory:", s["gpu_memory"])
-    for c, ok, d in checks:
-        print(f"  {'PASS' if ok else 'FAIL'}  {c}" + (f"  ({d})" if d and not ok else ""))
-    return 0 if all(ok for _, ok, _ in checks) else 1
+    return conclude(s, checks, Path(args.out))
 
 
 if __name__ == "__main__":

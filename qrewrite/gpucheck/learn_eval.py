@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..errors import QrewriteError
 from ..eval import stats
-from ..eval.candidates import RULE_REWRITES, eval_rows
+from ..eval.candidates import eval_rows, teacher_rewrites
 from ..io_utils import read_jsonl, write_json
 from ..release.score import release_candidates, rewrites, score
 from ..release.select import choose
@@ -74,11 +74,12 @@ def evaluate(cfg: dict, tenant: dict, data: Path, models: dict[str, str], *, max
     t_val = time.monotonic()
 
     test = _rows(data, "test", max_rows)
-    teacher = {t["id"]: t.get("rewrite") or "" for t in read_jsonl(data / DATA["teacher"])}
-    texts = {"query_history": {r["query_id"]: r["rewrite"] for r in RULE_REWRITES["query_history"](
-        {"name": "query_history", "kind": "query_history"}, test)},
-             "teacher": {r["query_id"]: teacher.get(r["query_id"], "") for r in test}}
     generated = memo["test"]
+    # the eval's own readers: a test row without a teacher row is an error, a failed teacher call an empty rewrite
+    teacher = teacher_rewrites({"name": "teacher", "kind": "teacher"}, test, str(data / DATA["teacher"]))
+    texts = {"query_history": rewrites({"name": "query_history", "kind": "query_history"}, cfg, tenant, test, None,
+                                       threads),
+             "teacher": {r["query_id"]: r["rewrite"] or "" for r in teacher}}
     plain = {c["source"]: c for c in cands if c["kind"] == "model" and c["name"] == c["source"]}
     for name, cand in plain.items():
         texts[name] = rewrites(cand, cfg, tenant, test, arts[cand["artifact"]], threads, generated)

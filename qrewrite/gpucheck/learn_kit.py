@@ -20,21 +20,18 @@ by the measured start-up and an assumed step time, checked against the lease bud
 from __future__ import annotations
 
 import copy
-import gzip
-import io
 import json
 import math
 import shutil
 import subprocess
-import tarfile
 from pathlib import Path
 
 import yaml
 
 from .. import REPO
-from ..config import validate_config
+from ..config import deep_merge, validate_config
 from ..errors import QrewriteError
-from ..io_utils import atomic_path, write_json, write_jsonl
+from ..io_utils import write_json, write_jsonl, write_tar_gz
 from ..paths import tenant_paths
 from ..training import wheel_stage as ws
 from ..training.qwen_wheels import QWEN_PINS
@@ -53,14 +50,6 @@ SECONDS = {"machine_start": 30, "chunk_call": 5, "install": 20, "student": 45, "
            "verl_start": 260, "step": 12, "merge": 40, "eval_rl": 45, "collect": 10}
 BUDGET_S = 720  # of the lease's 900: a failed start or a rerun needs the rest
 CALL_LIMIT_S = 600
-
-
-def deep_merge(base: dict, over: dict) -> dict:
-    """Snakemake's --configfile rule: mappings merge key by key, anything else (a list: the tenants) is replaced."""
-    out = copy.deepcopy(base)
-    for k, v in over.items():
-        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
-    return out
 
 
 def kit_config(root: Path, configfiles: list[str], tenant: str) -> tuple[dict, dict]:
@@ -129,19 +118,8 @@ def reference(root: Path, tenant: str, cfg: dict, kb_source: str, work: Path, py
 
 
 def build_payload(dest: Path, cfg: dict, files: dict[str, Path], ref: Path) -> dict:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        def add(name: str, data: bytes) -> None:
-            info = tarfile.TarInfo(name)
-            info.size, info.mtime, info.mode = len(data), 0, 0o644
-            tar.addfile(info, io.BytesIO(data))
-        add("config.yaml", yaml.safe_dump(cfg, allow_unicode=True, sort_keys=False).encode())
-        add("reference.json", ref.read_bytes())
-        for arc, src in sorted(files.items()):
-            add(arc, src.read_bytes())
-    with atomic_path(dest) as tmp:
-        with gzip.GzipFile(tmp, "wb", mtime=0) as gz:
-            gz.write(buf.getvalue())
+    write_tar_gz(dest, {**files, "reference.json": ref,
+                        "config.yaml": yaml.safe_dump(cfg, allow_unicode=True, sort_keys=False).encode()})
     return {"files": sorted(["config.yaml", "reference.json", *files]), "mib": round(dest.stat().st_size / ws.MIB, 2)}
 
 

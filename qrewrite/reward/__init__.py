@@ -57,21 +57,12 @@ def reward_defaults() -> dict[str, Any]:
     return copy.deepcopy(_defaults())
 
 
-def _deep_merge(base: dict, over: dict) -> dict:
-    out = copy.deepcopy(base)
-    for k, v in (over or {}).items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _deep_merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
-
-
 def reward_settings(cfg: dict) -> dict:
     """``reward_defaults()`` deep-merged with ``cfg["reward"]`` (absent or partial sections are fine), the
     weights resolved from ``reward.formula``."""
+    from ..config import deep_merge
     from .formula import resolve_weights
 
-    s = _deep_merge(_defaults(), (cfg or {}).get("reward") or {})
+    s = deep_merge(_defaults(), (cfg or {}).get("reward") or {})
     s["weights"] = resolve_weights(s.get("formula", "faithful"), s.get("weights"))
     return s
