@@ -151,7 +151,7 @@ def test_the_on_device_eval_chooses_on_validation_and_scores_test(tmp_path, smol
     assert first.returncode == 0, first.stderr[-3000:]
     ev = json.loads((tmp_path / "a.json").read_text(encoding="utf-8"))
     names = [f["name"] for f in ev["validation"]["figures"]]
-    assert names[0] == "query_history" and "sft+append_history=true" in names and "rl+copy_bias=1.0" in names
+    assert names[0] == "query_history" and "sft+append_history=true" in names and "rl+append_history=true" in names
     assert all(f["n"] == 3 for f in ev["validation"]["figures"])
     assert ev["validation"]["release"]["name"] in names and ev["rows"] == {"val": 3, "test": 3}
     figs = ev["test"]["figures"]
