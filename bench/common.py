@@ -7,6 +7,7 @@ gets to the bound the services it calls allow, so the services' own speed is pin
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -77,6 +78,27 @@ def write_result(name: str, data: dict) -> Path:
     path = RESULTS / f"{name}.json"
     write_json(path, {"bench": name, "machine": machine(), "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **data})
     return path
+
+
+def study_args(doc: str, *, required: tuple[str, ...] = ("tenant",),
+               add: Callable[[argparse.ArgumentParser], None] | None = None,
+               table: Callable[[], str]) -> argparse.Namespace | None:
+    """The quality studies' command line: --project (the folder the pipeline ran in), --tenant, the study's own
+    flags (`add`), and --table, which prints every stored result (`table`) and returns None."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--project", type=Path, default=REPO, help="the project folder the pipeline ran in")
+    ap.add_argument("--tenant")
+    if add:
+        add(ap)
+    ap.add_argument("--table", action="store_true", help="print the table of every result")
+    args = ap.parse_args()
+    if args.table:
+        print(table())
+        return None
+    missing = [f"--{r.replace('_', '-')}" for r in required if not getattr(args, r)]
+    if missing:
+        ap.error(f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} required (or --table)")
+    return args
 
 
 def free_port() -> int:

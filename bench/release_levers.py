@@ -13,7 +13,6 @@ Writes bench/results/release_levers_<tenant>.json.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -22,7 +21,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from common import write_result  # noqa: E402
+from common import study_args, write_result  # noqa: E402
 
 from qrewrite.config import load_config, tenant_config  # noqa: E402
 from qrewrite.eval import stats  # noqa: E402
@@ -84,23 +83,16 @@ def table() -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--project", type=Path, default=REPO, help="the project folder the pipeline ran in")
-    ap.add_argument("--tenant")
-    ap.add_argument("--config", default="results/.config.resolved.yaml",
-                    help="the config the run used (relative to --project)")
-    ap.add_argument("--threads", type=int)
-    ap.add_argument("--table", action="store_true", help="print the table of every result")
-    args = ap.parse_args()
-    if args.table:
-        print(table())
-        return
-    if not args.tenant:
-        ap.error("--tenant is required (or --table)")
-    doc = measure(args.project.resolve(), args.tenant, args.config, args.threads)
-    write_result(f"release_levers_{args.tenant}", doc)
-    print(table())
+    def add(ap):
+        ap.add_argument("--config", default="results/.config.resolved.yaml",
+                        help="the config the run used (relative to --project)")
+        ap.add_argument("--threads", type=int)
 
+    args = study_args(__doc__, add=add, table=table)
+    if args:
+        write_result(f"release_levers_{args.tenant}", measure(args.project.resolve(), args.tenant, args.config,
+                                                              args.threads))
+        print(table())
 
 if __name__ == "__main__":
     main()

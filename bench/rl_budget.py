@@ -14,14 +14,13 @@ every result. The entry for the shipped 2 steps comes from the files of the run 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from common import RESULTS, write_result  # noqa: E402
+from common import RESULTS, study_args, write_result  # noqa: E402
 
 from qrewrite.io_utils import read_json  # noqa: E402
 
@@ -58,20 +57,15 @@ def table() -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--project", type=Path, default=REPO)
-    ap.add_argument("--tenant")
-    ap.add_argument("--label", help="what this budget is, e.g. '24 steps'")
-    ap.add_argument("--eval", type=Path, help="eval.json (default: the project's reports/T/eval.json)")
-    ap.add_argument("--release", type=Path, help="release.json (default: models/T/release/release.json)")
-    ap.add_argument("--rl-stats", type=Path, help="the rl stage's stats (default: results/T/stats/rl.json)")
-    ap.add_argument("--table", action="store_true", help="print the table of every result")
-    args = ap.parse_args()
-    if args.table:
-        print(table())
+    def add(ap):
+        ap.add_argument("--label", help="what this budget is, e.g. '24 steps'")
+        ap.add_argument("--eval", type=Path, help="eval.json (default: the project's reports/T/eval.json)")
+        ap.add_argument("--release", type=Path, help="release.json (default: models/T/release/release.json)")
+        ap.add_argument("--rl-stats", type=Path, help="the rl stage's stats (default: results/T/stats/rl.json)")
+
+    args = study_args(__doc__, required=("tenant", "label"), add=add, table=table)
+    if not args:
         return
-    if not (args.tenant and args.label):
-        ap.error("--tenant and --label are required (or --table)")
     p, t = args.project.resolve(), args.tenant
     new = entry(args.label, args.eval or p / "reports" / t / "eval.json",
                 args.release or p / "models" / t / "release" / "release.json",
@@ -81,7 +75,6 @@ def main() -> None:
     write_result(f"rl_budget_{t}", {"tenant": t, "project": str(p),
                                     "entries": [e for e in old if e["label"] != args.label] + [new]})
     print(table())
-
 
 if __name__ == "__main__":
     main()

@@ -12,7 +12,6 @@ bench/results/target_room_<tenant>.json; `--table` prints every result.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from common import write_result  # noqa: E402
+from common import study_args, write_result  # noqa: E402
 
 import yaml  # noqa: E402
 
@@ -96,21 +95,14 @@ def table() -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--project", type=Path, default=REPO, help="the project folder the pipeline ran in")
-    ap.add_argument("--tenant")
-    ap.add_argument("--config", nargs="+", default=["results/.config.resolved.yaml"],
-                    help="the config files the run used, merged in order (relative to --project)")
-    ap.add_argument("--table", action="store_true", help="print the table of every result")
-    args = ap.parse_args()
-    if args.table:
-        print(table())
-        return
-    if not args.tenant:
-        ap.error("--tenant is required (or --table)")
-    write_result(f"target_room_{args.tenant}", measure(args.project.resolve(), args.tenant, args.config))
-    print(table())
+    def add(ap):
+        ap.add_argument("--config", nargs="+", default=["results/.config.resolved.yaml"],
+                        help="the config files the run used, merged in order (relative to --project)")
 
+    args = study_args(__doc__, add=add, table=table)
+    if args:
+        write_result(f"target_room_{args.tenant}", measure(args.project.resolve(), args.tenant, args.config))
+        print(table())
 
 if __name__ == "__main__":
     main()
