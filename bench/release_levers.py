@@ -94,5 +94,6 @@ def main() -> None:
                                                               args.threads))
         print(table())
 
+
 if __name__ == "__main__":
     main()

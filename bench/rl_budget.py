@@ -76,5 +76,6 @@ def main() -> None:
                                     "entries": [e for e in old if e["label"] != args.label] + [new]})
     print(table())
 
+
 if __name__ == "__main__":
     main()

@@ -19,18 +19,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from common import study_args, write_result  # noqa: E402
+from common import RESULTS, study_args, write_result  # noqa: E402
 
-import yaml  # noqa: E402
-
-from qrewrite.config import deep_merge, tenant_config, validate_config  # noqa: E402
+from qrewrite.config import merged_config_files, tenant_config, validate_config  # noqa: E402
 from qrewrite.eval.candidates import eval_rows, with_history  # noqa: E402
 from qrewrite.eval.hits import hit_at_1  # noqa: E402
 from qrewrite.io_utils import read_jsonl  # noqa: E402
 from qrewrite.paths import artifact_paths  # noqa: E402
 from qrewrite.text import tokenize  # noqa: E402
 
-RESULTS = REPO / "bench" / "results"
 # cheapest (closest to the teacher) first: a row's retrieval-chosen target is the first with the best Hit@1
 TARGETS = ("teacher", "teacher+dropped_terms", "teacher+history", "query_history")
 
@@ -53,10 +50,7 @@ def chosen(per_row: dict[str, list]) -> list[str]:
 
 def measure(project: Path, tenant_name: str, configs: list[str]) -> dict:
     os.chdir(project)
-    raw: dict = {}
-    for path in configs:  # later files over earlier ones, as snakemake's --configfile
-        raw = deep_merge(raw, yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {})
-    cfg = validate_config(raw, source=" + ".join(configs))
+    cfg = validate_config(merged_config_files(configs), source=" + ".join(configs))
     tenant = tenant_config(cfg, tenant_name)
     paths = artifact_paths(tenant)
     doc = {"tenant": tenant_name, "project": str(project), "targets": list(TARGETS), "splits": {}}
@@ -103,6 +97,7 @@ def main() -> None:
     if args:
         write_result(f"target_room_{args.tenant}", measure(args.project.resolve(), args.tenant, args.config))
         print(table())
+
 
 if __name__ == "__main__":
     main()

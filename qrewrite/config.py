@@ -156,8 +156,8 @@ def base_model_swift(cfg: dict) -> dict:
     return {"model_type": base.get("model_type") or model_type, "template": base.get("template") or template}
 
 
-def load_config(path: str | Path) -> dict:
-    path = Path(path)
+def _read_raw(path: Path) -> dict:
+    """One config file's mapping, unvalidated; a clear error for a missing file, bad YAML or a non-mapping."""
     if not path.exists():
         raise QrewriteError("config file not found", file=str(path), hint="pass --config PATH")
     try:
@@ -168,7 +168,20 @@ def load_config(path: str | Path) -> dict:
                             hint="check indentation and brackets near the line shown") from None
     if not isinstance(raw, dict):
         raise QrewriteError("top level must be a mapping", file=str(path), hint="start with `tenants:`")
-    return validate_config(raw, source=str(path))
+    return raw
+
+
+def load_config(path: str | Path) -> dict:
+    return validate_config(_read_raw(Path(path)), source=str(path))
+
+
+def merged_config_files(paths: list[str | Path]) -> dict:
+    """Config files merged in order, a later one over the earlier (as snakemake's --configfile): unvalidated,
+    for the caller to select tenants before `validate_config`."""
+    raw: dict = {}
+    for p in paths:
+        raw = deep_merge(raw, _read_raw(Path(p)))
+    return raw
 
 
 def tenant_config(cfg: dict, name: str) -> dict:

@@ -128,7 +128,7 @@ sys.exit(rc)
 
 @pytest.fixture(scope="module")
 def released(tmp_path_factory, smollm2_base):
-    """The demo tenant's data half (60 queries), the tiny model as both students, then two releases: the shipped
+    """The demo tenant's data half (60 queries), the tiny model as both students, then four releases: the shipped
     candidates (query + history, SFT, RL with two decodings each), SFT against RL alone, the rule (margin 1.0, with
     copy bias) and SFT with the history pasted."""
     py = train_python("swift")

@@ -29,7 +29,7 @@ from pathlib import Path
 import yaml
 
 from .. import REPO
-from ..config import deep_merge, validate_config
+from ..config import merged_config_files, validate_config
 from ..errors import QrewriteError
 from ..io_utils import write_json, write_jsonl, write_tar_gz
 from ..paths import tenant_paths
@@ -54,10 +54,7 @@ CALL_LIMIT_S = 600
 
 def kit_config(root: Path, configfiles: list[str], tenant: str) -> tuple[dict, dict]:
     """(the resolved config with only `tenant`, its tenant block), schema defaults filled, KB path kb.jsonl."""
-    raw: dict = {}
-    for f in ["config.yaml", *configfiles]:
-        p = Path(f) if Path(f).is_absolute() else root / f
-        raw = deep_merge(raw, yaml.safe_load(p.read_text(encoding="utf-8")) or {})
+    raw = merged_config_files([root / f for f in ["config.yaml", *configfiles]])  # an absolute f stays itself
     names = [t["name"] for t in raw.get("tenants", [])]
     if tenant not in names:
         raise QrewriteError(f"tenant {tenant!r} is not in the config (tenants: {names})",
