@@ -27,6 +27,8 @@ from ..paths import artifact_paths
 # Kinds that eval_generate rewrites (in the swift env): a local model, and the release, which is a model or a
 # rule (models/T/release/release.json says which).
 MODEL_KINDS = ("model", "release")
+# the students a release can hand over: release.candidates name → the artifact key of its model folder
+STUDENTS = {"sft": "sft_merged", "rl": "rl_model"}
 
 
 def eval_rows(test_path: str, queries_path: str, max_rows: int | None) -> list[dict]:
@@ -223,6 +225,13 @@ def generation_key(decoding: dict) -> tuple:
     return tuple(decoding.get(k) for k in DECODING_KEYS)
 
 
+def reusable_candidates(cfg: dict) -> list[dict]:
+    """The eval candidates whose rows the release's may repeat (`same_generation`): the local models of the
+    students a release can hand over."""
+    students = {STUDENTS[n] for n in cfg["release"]["candidates"] if n in STUDENTS}
+    return [c for c in cfg["eval"]["candidates"] if c["kind"] == "model" and c.get("artifact") in students]
+
+
 def same_generation(cfg: dict, tenant: dict, released: dict, folder: str,
                     rows: list[dict]) -> tuple[str, list[dict]] | None:
     """(path, rows) of the eval rewrites of the candidate whose generation the released model repeats exactly:
@@ -234,8 +243,8 @@ def same_generation(cfg: dict, tenant: dict, released: dict, folder: str,
     from ..paths import eval_paths
 
     weights = sorted(Path(folder).glob("*.safetensors"))
-    for spec in cfg["eval"]["candidates"]:
-        if spec["kind"] != "model" or spec.get("artifact") != released["artifact"]:
+    for spec in reusable_candidates(cfg):
+        if spec.get("artifact") != released["artifact"]:
             continue
         src = Path(model_path(spec, tenant))
         path = Path(eval_paths(tenant["name"])["rewrites"].replace("{candidate}", spec["name"]))

@@ -12,7 +12,7 @@ import logging
 
 from ..eval import stats
 from ..eval.candidates import RULE_REWRITES as RULES
-from ..eval.candidates import generation_key, model_rewrites, with_history
+from ..eval.candidates import STUDENTS, generation_key, model_rewrites, with_history
 from ..eval.hits import hit_at_1
 
 log = logging.getLogger(__name__)
@@ -21,10 +21,6 @@ log = logging.getLogger(__name__)
 def lever_name(decoding: dict) -> str:
     """A decoding lever as a name suffix: '' for eval.generation as it is, else '+copy_bias=1.0'."""
     return "".join(f"+{k}={json.dumps(v)}" for k, v in sorted(decoding.items()))
-
-
-# the students a release can hand over: release.candidates name → the artifact key of its model folder
-STUDENTS = {"sft": "sft_merged", "rl": "rl_model"}
 
 
 def release_candidates(cfg: dict) -> list[dict]:

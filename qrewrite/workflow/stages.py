@@ -7,7 +7,8 @@ rule `merge_sft` = DVC stage `merge_sft@T` = `qrewrite merge-sft` = `cmd_merge_s
 
 A stage's files are artifact keys (`qrewrite.paths`): layout keys (`queries`, `sft_model`, ...), files the
 tenant's config gives (`raw_excel`, `kb`, `gold_set`, ...: `CONFIG_FILES`) and a few that follow from the
-config (`eval_split`, `candidate_model`, `rewrites`, `all_rewrites`, `deploy_model`, `deploy_rewrites`).
+config (`eval_split`, `candidate_model`, `reusable_rewrites`, `rewrites`, `all_rewrites`, `deploy_model`,
+`deploy_rewrites`).
 `resolve()` turns a key into a path for one job. It is also called with placeholder names ("{tenant}",
 "${key}", "${item.kb}") to make Snakemake's wildcard patterns and DVC's foreach templates from the same code.
 """
@@ -21,7 +22,7 @@ from functools import cache
 from ..eval.candidates import MODEL_KINDS
 from ..paths import BASE_MODEL, CONFIG_FILES, REPORT_HTML, deploy_json, eval_paths, tenant_paths
 # Keys that depend on an eval candidate (the job's, or deploy.candidate's): per-item values in dvc.yaml.
-CANDIDATE_FILES = ("candidate_model", "deploy_model")
+CANDIDATE_FILES = ("candidate_model", "reusable_rewrites", "deploy_model")
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,9 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("eval_generate", "A local model candidate's rewrites (greedy, the SFT prompt) with per-query latency "
           "and GPU-hour cost.", "eval", per="candidate", candidates="model",
           args=(i("test", "eval_split"), i("queries"), i("model", "candidate_model"), o("out", "rewrites")),
-          reads=("gold_set", "red_team"),
+          # the release's job waits for the students' rows it may take (`reusable_rewrites`): run beside them, it
+          # generated the same rows again (fivedoctors, 250 s of make run's tail on 2026-12-02)
+          reads=("gold_set", "red_team", "reusable_rewrites"),
           params=("candidate", "eval.generation", "eval.max_rows", "eval.gpu_hour_usd", "tenant"),
           env="swift", threads=True, mem_mb=16000, runtime=120, half="eval"),
     # the teacher candidate rewrites gold and red-team rows the data half never saw: it needs the KB
@@ -307,11 +310,14 @@ def resolve(key: str, tenant: str, given: dict, cfg: dict, candidate: str | None
 
 def given_files(tenant: dict, cfg: dict, candidate: dict | None = None) -> dict:
     """The concrete CONFIG_FILES and CANDIDATE_FILES of one job."""
-    from ..eval.candidates import deploy_candidate, model_path
+    from ..eval.candidates import deploy_candidate, model_path, reusable_candidates
 
     out = {k: tenant.get(k) for k in CONFIG_FILES} | {"kb": tenant["kb"]["path"]}
     if candidate is not None and candidate["kind"] in MODEL_KINDS:
         out["candidate_model"] = model_path(candidate, tenant)
+    if candidate is not None and candidate["kind"] == "release":
+        out["reusable_rewrites"] = [eval_paths(tenant["name"])["rewrites"].replace("{candidate}", c["name"])
+                                    for c in reusable_candidates(cfg)]
     if cfg["deploy"]["candidate"] in {c["name"] for c in cfg["eval"]["candidates"]}:
         out["deploy_model"] = model_path(deploy_candidate(cfg), tenant)
     return out
