@@ -281,6 +281,34 @@ def snakemake_rules(workdir: Path = REPO) -> dict:
         return {r.name: r for r in wf._workflow.rules}
 
 
+# Disk: pytest keeps every tmp folder of the session until it ends (a pipeline project, trained models, clones:
+# 1-3 GB a file), and CI ran out of disk at 1,303 s into the tests on 2026-12-02. Each file frees the folders it
+# made when it ends, unless one of its tests failed (they are kept to look at, as pytest's retention policy
+# `failed` keeps them after the session). The folders of session fixtures (`SESSION_TMP`) serve later files too.
+SESSION_TMP: set[str] = set()
+_FAILED_FILES: set[str] = set()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    if outcome.get_result().failed:
+        _FAILED_FILES.add(str(item.path))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def free_the_files_tmp(request, tmp_path_factory):
+    """Autouse, so set up before a file's other module fixtures and torn down after them."""
+    base = tmp_path_factory.getbasetemp()
+    before = {p.name for p in base.iterdir()}
+    yield
+    if str(request.node.path) in _FAILED_FILES:
+        return
+    for p in base.iterdir():
+        if p.name not in before and p.name not in SESSION_TMP:
+            shutil.rmtree(p, ignore_errors=True)
+
+
 @pytest.fixture
 def project(tmp_path) -> Project:
     return Project(tmp_path / "proj")
@@ -295,7 +323,9 @@ def smollm2_base(tmp_path_factory) -> Path:
     from test_reward_frameworks import train_python
 
     py = train_python("swift")  # fails (not skips) in CI when the env is missing
-    out = tmp_path_factory.mktemp("smollm2") / "base"
+    folder = tmp_path_factory.mktemp("smollm2")
+    SESSION_TMP.add(folder.name)  # read by later files: not freed with the file that asked first
+    out = folder / "base"
     proc = subprocess.run([str(py), "-m", "qrewrite.training.base_model", str(out)], cwd=REPO, capture_output=True,
                           text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -1,6 +1,6 @@
 """The suite's own guards (tests/conftest.py): under QREWRITE_STRICT_SKIPS=1, as .ci/run sets it, a skipped test fails
-the run unless ALLOWED_SKIPS names it; QREWRITE_TEST_PROFILE gets the per-file time table. Each runs pytest on a
-scratch copy of the conftest with two tiny tests, in a subprocess."""
+the run unless ALLOWED_SKIPS names it; QREWRITE_TEST_PROFILE gets the per-file time table; a file that passed frees
+its tmp folders when it ends. Each runs pytest on a scratch copy of the conftest with tiny tests, in a subprocess."""
 
 from __future__ import annotations
 
@@ -23,14 +23,15 @@ def test_skips():
 '''
 
 
-def run_pytest(tmp_path, **env) -> subprocess.CompletedProcess:
+def run_pytest(tmp_path, *args: str, files: dict | None = None, **env) -> subprocess.CompletedProcess:
     tests = tmp_path / "tests"
     tests.mkdir()
     shutil.copy(TESTS / "conftest.py", tests / "conftest.py")
-    (tests / "test_scratch.py").write_text(SCRATCH_TESTS)
+    for name, text in (files or {"test_scratch.py": SCRATCH_TESTS}).items():
+        (tests / name).write_text(text)
     clean = {k: v for k, v in os.environ.items() if k not in (STRICT_SKIPS_ENV, PROFILE_ENV)}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)], cwd=tmp_path,
-                          env={**clean, **env}, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, str(tests)],
+                          cwd=tmp_path, env={**clean, **env}, capture_output=True, text=True, timeout=120)
 
 
 def test_a_skip_ci_does_not_list_fails_the_strict_run(tmp_path):
@@ -53,3 +54,30 @@ def test_the_profile_lists_each_file_with_its_tests_and_times(tmp_path):
     [row] = doc["files"]
     assert row["file"].endswith("test_scratch.py") and row["tests"] == 2 and row["skipped"] == 1
     assert row["total"] >= row["call"] >= 0 and doc["wall_s"] >= 0
+
+
+# a module fixture's folder (a trained model, a project), a function's tmp_path, and a folder the next file reads
+MAKES_FOLDERS = '''
+import pytest
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    d = tmp_path_factory.mktemp("{name}_model")
+    (d / "weights").write_bytes(b"w" * 1000)
+    return d
+
+def test_reads_it(model, tmp_path):
+    (tmp_path / "out").write_text("x")
+    assert {verdict}
+'''
+
+
+def test_a_file_that_passed_frees_its_tmp_folders_and_one_that_failed_keeps_them(tmp_path):
+    base = tmp_path / "base"
+    proc = run_pytest(tmp_path, "--basetemp", str(base), "-o", "tmp_path_retention_policy=failed", files={
+        "test_a_passes.py": MAKES_FOLDERS.format(name="passed", verdict="(model / 'weights').is_file()"),
+        "test_b_fails.py": MAKES_FOLDERS.format(name="failed", verdict="False")})
+    assert proc.returncode == 1 and "1 failed, 1 passed" in proc.stdout, proc.stdout[-2000:]
+    left = {p.name for p in base.iterdir()}
+    assert not any(n.startswith("passed_model") for n in left), left
+    assert any(n.startswith("failed_model") for n in left), left
