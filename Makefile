@@ -158,7 +158,7 @@ gpu-kit: $(VENV)/.data-env .venvs/swift/.installed .venvs/verl/.installed .venvs
 	$(BIN)/python -m qrewrite.gpucheck.kit --tenant $(GPU_KIT_TENANT) --learn-tenant $(GPU_KIT_LEARN_TENANT) \
 	    $(foreach f,$(GPU_KIT_CONFIGFILES),--configfile $(f))
 
-# The CPU rehearsal of the check (.ci/run: its venv beside the tests, its runs after them): the same kit in a Python 3.12
+# The CPU rehearsal of the check (.ci/run: after the tests, its venv, then its runs): the same kit in a Python 3.12
 # venv holding what the GPU image holds (.gpu/image-standin.txt: the packages the kit leaves home for the image,
 # torch 2.11.0 among them), the same
 # script, each run going as far as a machine without a GPU lets it (NCCL init). One pip call a package: pip downloads
