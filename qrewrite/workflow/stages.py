@@ -23,6 +23,10 @@ from ..eval.candidates import MODEL_KINDS
 from ..paths import BASE_MODEL, CONFIG_FILES, REPORT_HTML, deploy_json, eval_paths, tenant_paths
 # Keys that depend on an eval candidate (the job's, or deploy.candidate's): per-item values in dvc.yaml.
 CANDIDATE_FILES = ("candidate_model", "reusable_rewrites", "deploy_model")
+# Inputs that only order jobs a parallel scheduler would run side by side (the job works without them): Snakemake's
+# rules list them, dvc.yaml does not (`dvc repro` runs one stage at a time, and a foreach item cannot carry deps
+# its siblings lack).
+ORDER_ONLY = ("reusable_rewrites",)
 
 
 @dataclass(frozen=True)
