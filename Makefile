@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 CORES  ?= 2
 
 .PHONY: run run-quick test test-fast env test-env bench clean base-wheels gpu-rehearsal-run
-.PHONY: container-tools containers containers-save test-containers cqr-data cqr durdev-data durdev rl-check test-tools gpu-kit gpu-rehearsal
+.PHONY: container-tools containers containers-remove containers-save test-containers cqr-data cqr durdev-data durdev rl-check test-tools gpu-kit gpu-rehearsal
 .PHONY: gpu-rehearsal-clean
 
 $(BIN)/python:
@@ -85,6 +85,10 @@ container-tools:
 
 containers: container-tools
 	$(PYTHON) scripts/containers.py build cpu swift $(if $(TORCH_WHEELS),--wheels $(TORCH_WHEELS))
+
+# Remove the images `containers` and the tests built (their names only; .ci/run frees their ~4 GB after the tests).
+containers-remove:
+	$(PYTHON) scripts/containers.py remove
 
 # OCI archives of the images (containers/*.oci.tar): what `apptainer build X.sif oci-archive://X.oci.tar` converts.
 containers-save: containers

@@ -227,6 +227,25 @@ def cmd_run(a) -> int:
     return proc.returncode
 
 
+def built_refs() -> list[str]:
+    """Every name this script builds an image under: each recipe at each torch build and resolved, the base and
+    the root filesystem (the base last but one, the root filesystem last: the images build on them)."""
+    refs = [ref(n, t, r) for n in IMAGES for t in ("cpu", "cuda") for r in (False, True)]
+    return [*dict.fromkeys(refs), BASE, ROOTFS]
+
+
+def cmd_remove(a) -> None:
+    """Remove the images this script built (podman drops their layers with them); other images are left alone.
+    CI runs it after the tests: the images (about 4 GB) are not needed by the GPU kit's rehearsal that follows."""
+    present = [r for r in built_refs() if exists(r)]
+    for r in present:
+        print(f"{'would remove' if a.dry_run else 'removing'} {r}")
+        if not a.dry_run:
+            podman("rmi", r)
+    if not present:
+        print("no image of this project's to remove")
+
+
 def cmd_ref(a) -> None:
     target = ref(a.image, a.torch)
     print(f"{OCI_PREFIX}{target} {image_id(target)}")
@@ -257,9 +276,12 @@ def main(argv: list[str] | None = None) -> int:
     f = sub.add_parser("ref", help="print the image's reference (as config `containers:` names it) and digest")
     f.add_argument("image", choices=IMAGES)
     f.add_argument("--torch", **torch)
+    m = sub.add_parser("remove", help="remove the images this script built (their names only: other images stay)")
+    m.add_argument("--dry-run", action="store_true", help="print what would be removed")
     a = p.parse_args(argv)
     try:
-        return {"build": cmd_build, "save": cmd_save, "run": cmd_run, "ref": cmd_ref}[a.cmd](a) or 0
+        handlers = {"build": cmd_build, "save": cmd_save, "run": cmd_run, "ref": cmd_ref, "remove": cmd_remove}
+        return handlers[a.cmd](a) or 0
     except (BuildError, subprocess.CalledProcessError) as exc:
         print(f"scripts/containers.py {a.cmd}: error: {exc}", file=sys.stderr)
         return 1

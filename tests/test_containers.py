@@ -112,6 +112,19 @@ def test_there_is_a_recipe_per_image_and_each_builds_on_the_base():
         assert [a for _, i, a in ins if i == "FROM"] == ["${BASE}"] and arg_default(ins, "BASE") == build.BASE, name
 
 
+def test_remove_names_every_image_the_script_builds_and_the_layers_they_stand_on_last():
+    """`scripts/containers.py remove` (CI, after the tests): each recipe's image at either torch build and resolved,
+    then the base and the root filesystem, which the others build on."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import containers as build
+
+    refs = build.built_refs()
+    assert refs[-2:] == [build.BASE, build.ROOTFS] and len(refs) == len(set(refs))
+    for name in build.IMAGES:
+        for torch in ("cpu", "cuda"):
+            assert build.ref(name, torch) in refs and build.ref(name, torch, resolved=True) in refs
+
+
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
 def test_recipe_parses_and_its_commands_are_valid(path, tmp_path):
     ins = load(path)
