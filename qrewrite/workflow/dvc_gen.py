@@ -212,8 +212,7 @@ def _dvc_stage(s: Stage, cfg: dict, params: _Params, config_path: str) -> dict |
     # A foreach template needs the same keys in every item: a config-given file is a dep when every job has one.
     given_all = [stages_mod.given_files(t, cfg, c) for t, c in jobs]
     used = [k for k in (*stages_mod.CONFIG_FILES, *stages_mod.CANDIDATE_FILES)
-            if k in s.keys("in") + s.keys("out") and k not in stages_mod.ORDER_ONLY
-            and all(g.get(k) for g in given_all)]
+            if k in s.keys("in") + s.keys("out") and all(g.get(k) for g in given_all)]
     given = {k: f"${{item.{k}}}" for k in used}
     candidate = "${item.candidate}" if per_candidate else None
     ins = stages_mod.named_files(s, "in", tenant, given, cfg, candidate)

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 from functools import cache
 
-from ..eval.candidates import MODEL_KINDS
+from ..eval.candidates import MODEL_KINDS, reusable_candidates
 from ..paths import BASE_MODEL, CONFIG_FILES, REPORT_HTML, deploy_json, eval_paths, tenant_paths
 # Keys that depend on an eval candidate (the job's, or deploy.candidate's): per-item values in dvc.yaml.
-CANDIDATE_FILES = ("candidate_model", "reusable_rewrites", "deploy_model")
+CANDIDATE_FILES = ("candidate_model", "deploy_model")
 # Inputs that only order jobs a parallel scheduler would run side by side (the job works without them): Snakemake's
 # rules list them, dvc.yaml does not (`dvc repro` runs one stage at a time, and a foreach item cannot carry deps
 # its siblings lack).
@@ -306,6 +306,9 @@ def resolve(key: str, tenant: str, given: dict, cfg: dict, candidate: str | None
         return [rewrites(c["name"]) for c in cfg["eval"]["candidates"]]
     if key == "deploy_rewrites":
         return rewrites(cfg["deploy"]["candidate"])
+    if key == "reusable_rewrites":  # the release's job only (None for a placeholder: dvc.yaml leaves it out)
+        spec = next((c for c in cfg["eval"]["candidates"] if c["name"] == candidate), None)
+        return [rewrites(c["name"]) for c in reusable_candidates(cfg)] if spec and spec["kind"] == "release" else None
     if key == "eval_split":
         key = cfg["eval"]["split"]
     paths = tenant_paths(tenant)
@@ -314,14 +317,11 @@ def resolve(key: str, tenant: str, given: dict, cfg: dict, candidate: str | None
 
 def given_files(tenant: dict, cfg: dict, candidate: dict | None = None) -> dict:
     """The concrete CONFIG_FILES and CANDIDATE_FILES of one job."""
-    from ..eval.candidates import deploy_candidate, model_path, reusable_candidates
+    from ..eval.candidates import deploy_candidate, model_path
 
     out = {k: tenant.get(k) for k in CONFIG_FILES} | {"kb": tenant["kb"]["path"]}
     if candidate is not None and candidate["kind"] in MODEL_KINDS:
         out["candidate_model"] = model_path(candidate, tenant)
-    if candidate is not None and candidate["kind"] == "release":
-        out["reusable_rewrites"] = [eval_paths(tenant["name"])["rewrites"].replace("{candidate}", c["name"])
-                                    for c in reusable_candidates(cfg)]
     if cfg["deploy"]["candidate"] in {c["name"] for c in cfg["eval"]["candidates"]}:
         out["deploy_model"] = model_path(deploy_candidate(cfg), tenant)
     return out
