@@ -117,6 +117,21 @@ def test_only_the_top_level_cli_imports_a_stage_cli_module():
     assert registration_importers() == {}
 
 
+def test_nothing_in_the_package_imports_the_top_level_cli():
+    """qrewrite/cli.py is the top layer (it imports every stage package's cli to register it): a module that imports
+    it back closes a circle (dvc_gen read the handlers off its parser until 2026-12-02; the stage table has them)."""
+    pkg = Path(__file__).resolve().parents[1] / "qrewrite"
+    absolute = re.compile(r"^\s*(from\s+qrewrite\.cli\s+import|import\s+qrewrite\.cli\b)", re.M)
+    offenders = []
+    for p in pkg.rglob("*.py"):
+        # `.cli` is the top-level cli from qrewrite/*.py, `..cli` from a stage package (its own `.cli` is fine)
+        relative = re.compile(r"^\s*from\s+%s\s+import" % (r"\.cli" if p.parent == pkg else r"\.\.cli"), re.M)
+        text = p.read_text(encoding="utf-8")
+        if p.name != "__main__.py" and (absolute.search(text) or relative.search(text)):
+            offenders.append(str(p.relative_to(pkg)))
+    assert offenders == []
+
+
 def test_docs_map_every_rule_to_its_handler():
     """docs/code.md "One name per stage, one hop to its code": one row per rule, naming the file that holds its
     handler."""

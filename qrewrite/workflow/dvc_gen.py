@@ -60,14 +60,11 @@ HEADER = """\
 
 
 def _handlers() -> dict[str, tuple[str, str]]:
-    """Subcommand name → (module, function) of its handler, as the `qrewrite` parser dispatches it."""
-    import argparse
+    """Subcommand name → (module, function) of its handler: the stage table's (tests/test_stage_table.py holds the
+    `qrewrite` parser to dispatching each stage there). Not read off the parser, which imports this module."""
+    from .stages import STAGES
 
-    from ..cli import build_parser
-
-    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    return {name: (p.get_default("func").__module__, p.get_default("func").__name__)
-            for name, p in sub.choices.items() if p.get_default("func") is not None}
+    return {s.command: s.handler for s in STAGES.values()}
 
 
 def _path_loaded() -> dict[str, tuple[str, ...]]:
