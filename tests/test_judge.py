@@ -14,7 +14,7 @@ import pytest
 
 from qrewrite.judge import data, items as it
 from qrewrite.judge.evaluate import auc, eval_sets, evaluate_judges, measure, paired_delta, with_ci
-from qrewrite.judge.prompt import GOOD_AT, messages, read_reply, reply, verdict
+from qrewrite.reward.judge_prompt import GOOD_AT, messages, read_reply, reply, verdict
 from qrewrite.judge.rewards import format_reward, verdict_reward
 from qrewrite.reward.judge_rules import RuleJudge
 from qrewrite.reward.verdict import Verdict
@@ -243,7 +243,7 @@ TEACH = """
 import json, sys, torch
 from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 from qrewrite.training.base_model import find_gguf
-from qrewrite.judge.prompt import messages
+from qrewrite.reward.judge_prompt import messages
 out, target = sys.argv[1], sys.argv[2]
 g = find_gguf()
 tok = AutoTokenizer.from_pretrained(str(g.parent), gguf_file=g.name)

@@ -132,6 +132,14 @@ def test_nothing_in_the_package_imports_the_top_level_cli():
     assert offenders == []
 
 
+def test_the_reward_does_not_reach_up_into_the_judge_training_package():
+    """qrewrite/judge/ trains the distilled judge on top of the reward; what that judge reads and writes lives in
+    reward/judge_prompt.py, which the reward's model judge serves (it imported judge/prompt.py until 2026-12-02)."""
+    reward = Path(__file__).resolve().parents[1] / "qrewrite" / "reward"
+    up = re.compile(r"^\s*(from\s+(qrewrite\.|\.\.)judge\b|import\s+qrewrite\.judge\b)", re.M)
+    assert [p.name for p in reward.glob("*.py") if up.search(p.read_text(encoding="utf-8"))] == []
+
+
 def test_docs_map_every_rule_to_its_handler():
     """docs/code.md "One name per stage, one hop to its code": one row per rule, naming the file that holds its
     handler."""

@@ -8,7 +8,7 @@ import hashlib
 
 from ..io_utils import write_jsonl
 from ..text import normalize
-from .prompt import messages, reply
+from ..reward.judge_prompt import messages, reply
 
 
 def _val(query: str) -> bool:

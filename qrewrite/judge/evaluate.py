@@ -33,7 +33,7 @@ import numpy as np
 
 from ..reward.judge_blend import blend
 from ..tasks import gather_with_progress
-from .prompt import verdict
+from ..reward.judge_prompt import verdict
 
 SETS = ("heldout", "hand", "student", "rollouts")  # eval_sets' sets, in the order judge-eval logs them
 

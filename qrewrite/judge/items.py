@@ -30,7 +30,7 @@ from ..data.red_team import check_rewrite, passed
 from ..metrics import gold_ranking
 from ..signals import derived_judge_labels, heldout
 from ..text import normalize
-from .prompt import GOOD_AT
+from ..reward.judge_prompt import GOOD_AT
 
 KINDS = ("teacher", "raw", "other_row", "student", "red_team")
 

@@ -4,7 +4,7 @@ score on the right side of GOOD_AT for the item's label)."""
 
 from __future__ import annotations
 
-from .prompt import read_reply, verdict
+from ..reward.judge_prompt import read_reply, verdict
 
 
 def format_reward(completion: str) -> float:

@@ -1,5 +1,5 @@
 """The distilled judge as the reward's judge (``reward.judge.provider: model``): a local Hugging Face model that
-reads ``qrewrite.judge.prompt`` and replies ``{"reason": "...", "score": N}``, served in process, no network.
+reads ``qrewrite.reward.judge_prompt`` and replies ``{"reason": "...", "score": N}``, served in process, no network.
 
 Its score is the expected value of the score digit under the model (sum of k * p(k) over the digits 1-5 where it
 writes the score), so two candidates rarely tie the way two integer scores do; the reply must still parse (the API
@@ -103,7 +103,7 @@ class ModelJudge:
     # --- the judge interface (qrewrite.reward.judges)
     async def judge(self, query: str, profile: str, history: str, rewrite: str,
                     reference: str | None = None) -> Verdict:
-        from ..judge.prompt import messages, read_reply
+        from .judge_prompt import messages, read_reply
 
         terms = self.key_terms(reference) if self.key_terms and reference else None
         chat = messages({"query": query, "profile": profile, "history": history, "reference": reference,

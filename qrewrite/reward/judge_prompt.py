@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from ..reward.judge_openai import parse_judge_reply
+from .judge_openai import parse_judge_reply
 
 _TASK = ("Grade the rewrite of a search query against the reference rewrite of the same question: does it ask "
          "for what the user asks, with the referent resolved from the profile and history, as one standalone "
