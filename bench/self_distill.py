@@ -6,8 +6,7 @@ with and without the history pasted after the rewrite, the release's levers); it
 the choice, for the record. All settings are fixed before the run (below, and --k / --temperature / --epochs).
 
     # in a project where the tenant's pipeline has run (here dur-dev, `make durdev`), in the swift env:
-    PYTHONPATH=/path/to/qrewrite .venvs/swift/bin/python bench/self_distill.py --project . --tenant durdev \\
-        --config config.yaml data/durdev/config.yaml
+    PYTHONPATH=. .venvs/swift/bin/python bench/self_distill.py --project . --tenant durdev
 
 Work files go to <project>/bench-work/self_distill/<tenant>/ (samples.json, the training file, the SFT run, the
 merged model): a rerun reuses the samples and resumes the SFT. Writes bench/results/self_distill_<tenant>.json;
@@ -138,7 +137,7 @@ def measure(project: Path, tenant_name: str, configs: list[str], k: int, tempera
         st = run_sft(scfg, base=paths["sft_merged"], train=str(train_file), val=paths["val"], out=str(work / "adapter"),
                      run_dir=str(work / "run"), tb_dir=str(work / "tb"), log_file=str(work / "sft.log"),
                      threads=threads)
-        write_json(work / "sft_stats.json", {k: v for k, v in st.items() if k != "history"} | {"history": st["history"]})
+        write_json(work / "sft_stats.json", st)
         merge_lora(scfg, base=paths["sft_merged"], adapter=str(work / "adapter"), out=str(merged), threads=threads)
         timings["sft_s"] = round(time.monotonic() - start, 1)
     st = read_json(work / "sft_stats.json")
