@@ -8,7 +8,7 @@ the choice, for the record. All settings are fixed before the run (below, and --
     # in a project where the tenant's pipeline has run (here dur-dev, `make durdev`), in the swift env:
     PYTHONPATH=. .venvs/swift/bin/python bench/self_distill.py --project . --tenant durdev
 
-Work files go to <project>/bench-work/self_distill/<tenant>/ (samples.json, the training file, the SFT run, the
+Work files go to <project>/results/<tenant>/self_distill/ (samples.json, the training file, the SFT run, the
 merged model): a rerun reuses the samples and resumes the SFT. Writes bench/results/self_distill_<tenant>.json;
 `--table` prints every result.
 """
@@ -82,7 +82,7 @@ def measure(project: Path, tenant_name: str, configs: list[str], k: int, tempera
     cfg = validate_config(merged_config_files(configs), source=" + ".join(configs))
     tenant = tenant_config(cfg, tenant_name)
     paths = artifact_paths(tenant)
-    work = project / "bench-work" / "self_distill" / tenant_name
+    work = project / "results" / tenant_name / "self_distill"  # git-ignored, beside the run it reads
     work.mkdir(parents=True, exist_ok=True)
     timings = {}
     train = read_jsonl(paths["train"])
