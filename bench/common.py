@@ -80,6 +80,12 @@ def write_result(name: str, data: dict) -> Path:
     return path
 
 
+def paired_text(d: dict) -> str:
+    """A paired difference (qrewrite.eval.stats.paired) as the studies' tables print it."""
+    return (f"{d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] ({d['a_better']} better, "
+            f"{d['b_better']} worse)" if d.get("diff") is not None else "–")
+
+
 def study_args(doc: str, *, required: tuple[str, ...] = ("tenant",),
                add: Callable[[argparse.ArgumentParser], None] | None = None,
                table: Callable[[], str]) -> argparse.Namespace | None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from common import RESULTS, study_args, write_result  # noqa: E402
+from common import RESULTS, paired_text, study_args, write_result  # noqa: E402
 
 from qrewrite.io_utils import read_json  # noqa: E402
 
@@ -51,8 +51,7 @@ def table() -> str:
             v, t, d = e["validation"], e["test"], e["test_comparisons"]["rl_vs_sft"]
             lines.append(f"| {doc['tenant']} | {e['label']} | {e['rl_wall_s']:.0f} s | {v['sft']['mean']:.3f} / "
                          f"{v['rl']['mean']:.3f} / {v['query_history']['mean']:.3f} | {e['released']} | "
-                         f"{t['sft']['mean']:.3f} / {t['rl']['mean']:.3f} | {d['diff']:+.3f} [{d['ci_low']:+.3f}, "
-                         f"{d['ci_high']:+.3f}] ({d['a_better']} better, {d['b_better']} worse) |")
+                         f"{t['sft']['mean']:.3f} / {t['rl']['mean']:.3f} | {paired_text(d)} |")
     return "\n".join(lines)
 
 

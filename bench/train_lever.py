@@ -20,12 +20,11 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from common import study_args, write_result  # noqa: E402
+from common import paired_text, study_args, write_result  # noqa: E402
 
 from qrewrite.config import load_config, tenant_config  # noqa: E402
 from qrewrite.eval import stats  # noqa: E402
@@ -33,6 +32,7 @@ from qrewrite.eval.candidates import eval_rows, with_history  # noqa: E402
 from qrewrite.eval.hits import hit_at_1  # noqa: E402
 from qrewrite.io_utils import read_json, read_jsonl  # noqa: E402
 from qrewrite.paths import artifact_paths, eval_paths  # noqa: E402
+from qrewrite.release.folder import RELEASE_FILE  # noqa: E402
 from qrewrite.release.score import release_candidates, score  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
@@ -60,18 +60,18 @@ def run_rows(project: Path, tenant_name: str, threads: int | None) -> dict:
     cands = release_candidates(cfg)
     models = {"sft_merged": paths["sft_merged"], "rl_model": paths["rl_model"]}
     val = [r for r in eval_rows(paths["val"], paths["queries"], None) if r["gold_doc_ids"]]
-    start = time.monotonic()
     _, val_hits = score(cfg, tenant, val, cands, models, threads)
-    val_s = time.monotonic() - start
     test = [r for r in eval_rows(paths["test"], paths["queries"], None) if r["gold_doc_ids"]]
+    # each eval candidate's test rewrites, read once: a student's plain and + history levers share its file
+    generated = {src: {r["query_id"]: r["rewrite"] for r in read_jsonl(
+        eval_paths(tenant_name)["rewrites"].format(candidate=src)) if r.get("set") == "test"}
+                 for src in dict.fromkeys(c["source"] for c in cands)}
     texts = {}
     for c in cands:
+        own = generated[c["source"]]
         if c["kind"] != "model":
-            texts[c["name"]] = {r["query_id"]: r["rewrite"] for r in read_jsonl(
-                eval_paths(tenant_name)["rewrites"].format(candidate=c["name"])) if r.get("set") == "test"}
+            texts[c["name"]] = own
             continue
-        own = {r["query_id"]: r["rewrite"] for r in read_jsonl(
-            eval_paths(tenant_name)["rewrites"].format(candidate=c["source"])) if r.get("set") == "test"}
         extra = {k: v for k, v in c["decoding"].items() if k not in cfg["eval"]["generation"]}
         if set(extra) - {"append_history"}:
             raise SystemExit(f"{c['name']}: a lever that generates differently has no test rows in the eval stage")
@@ -82,8 +82,8 @@ def run_rows(project: Path, tenant_name: str, threads: int | None) -> dict:
         raise SystemExit(f"{project}: eval rewrites miss test rows {missing}: run the eval stage first")
     test_hits = hit_at_1(cfg, tenant, test, texts)
     return {"cfg": cfg, "val_ids": [r["query_id"] for r in val], "test_ids": [r["query_id"] for r in test],
-            "val": val_hits, "test": test_hits, "sft": read_json(paths["stats_sft"]), "val_generation_s": val_s,
-            "release": read_json(Path(paths["release"]) / "release.json")["released"]["name"]}
+            "val": val_hits, "test": test_hits, "sft": read_json(paths["stats_sft"]),
+            "release": read_json(Path(paths["release"]) / RELEASE_FILE)["released"]["name"]}
 
 
 def measure(tenant: str, name: str, project: Path, baseline: Path, threads: int | None) -> dict:
@@ -117,11 +117,6 @@ def fmt(m: dict) -> str:
     return f"{m['mean']:.3f}" if m.get("mean") is not None else "–"
 
 
-def fdiff(d: dict) -> str:
-    return (f"{d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] ({d['a_better']} better, "
-            f"{d['b_better']} worse)" if d.get("diff") is not None else "–")
-
-
 def table() -> str:
     lines = ["| tenant | lever | student | validation: baseline → lever (lever − baseline) | test: baseline → lever "
              "(lever − baseline) | SFT s per 100 rows |", "|---|---|---|---|---|---|"]
@@ -131,8 +126,8 @@ def table() -> str:
         for n, d in doc["val"]["lever_minus_baseline"].items():
             v, t = doc["val"], doc["test"]
             lines.append(f"| {doc['tenant']} | {doc['lever']} | {n} | {fmt(v['baseline'][n])} → {fmt(v['lever'][n])} "
-                         f"({fdiff(d)}) | {fmt(t['baseline'][n])} → {fmt(t['lever'][n])} "
-                         f"({fdiff(t['lever_minus_baseline'][n])}) | {cost['baseline']} → {cost['lever']} |")
+                         f"({paired_text(d)}) | {fmt(t['baseline'][n])} → {fmt(t['lever'][n])} "
+                         f"({paired_text(t['lever_minus_baseline'][n])}) | {cost['baseline']} → {cost['lever']} |")
     return "\n".join(lines)
 
 
