@@ -342,6 +342,17 @@ def test_api_candidate_and_judge_with_their_default_models_against_the_strict_se
     assert not (data.root / out).exists()
 
 
+def test_shared_prefix_len_leaves_each_prompt_a_token_of_its_own():
+    from qrewrite.eval.generate import shared_prefix_len
+
+    assert shared_prefix_len([[1, 2, 3, 4], [1, 2, 3, 5, 6], [1, 2, 9]]) == 2
+    assert shared_prefix_len([[1, 2, 3], [1, 2, 3, 4]]) == 2  # the shorter one keeps its last token
+    assert shared_prefix_len([[1, 2, 3]]) == 2
+    assert shared_prefix_len([[7, 2], [1, 2]]) == 0
+    assert shared_prefix_len([[1], [1, 2]]) == 0
+    assert shared_prefix_len([]) == 0
+
+
 @pytest.mark.slow
 def test_eval_prompt_is_the_sft_prompt(data):
     """The messages a model candidate is prompted with are exactly the SFT sample's prompt messages."""
@@ -384,3 +395,15 @@ def test_model_candidate_generates_with_transformers_in_the_swift_env(data, smol
     # batches are formed by prompt length: two queries share one batch's time, the third has its own
     assert sorted(Counter(r["compute_s"] for r in batched).values()) == [1, 2]
     assert batched[0]["generation"]["batch_size"] == 2 and batched[0]["generation"]["latency_sample"] == 1
+
+    # The batches reused the keys and values of the prompts' shared start (the system turn); with the cache off
+    # every batch computes its whole left-padded prompts, and the rewrites are the same.
+    assert batched[0]["generation"]["cached_prefix_tokens"] > 10
+    cfg = cfg_with_eval(data, "c_gen_uncached.yaml", candidates=[{"name": "base", "kind": "model", "path": str(base)}],
+                        baseline="base", compare=[], headline=["base"], max_rows=3, gpu_hour_usd=3.6,
+                        generation={"max_new_tokens": 12, "batch_size": 2, "latency_sample": 1,
+                                    "prefix_cache": False}, without_sets=True)
+    _, out = rewrites(data, cfg, "base", "--model", str(base), "--threads", "1")
+    uncached = data.read_jsonl(out)
+    assert uncached[0]["generation"]["cached_prefix_tokens"] == 0
+    assert [r["raw_completion"] for r in uncached] == [r["raw_completion"] for r in batched]

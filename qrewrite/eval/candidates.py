@@ -193,7 +193,8 @@ def model_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], model_
                                       device=device, latency_sample=gen["latency_sample"],
                                       repetition_penalty=gen["repetition_penalty"],
                                       no_repeat_ngram_size=gen["no_repeat_ngram_size"],
-                                      copy_bias=gen["copy_bias"], trim_loops=gen["trim_loops"])
+                                      copy_bias=gen["copy_bias"], trim_loops=gen["trim_loops"],
+                                      prefix_cache=gen["prefix_cache"])
     price = spec.get("gpu_hour_usd", cfg["eval"]["gpu_hour_usd"])
     out = []
     for r, g in zip(rows, results):

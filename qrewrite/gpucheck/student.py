@@ -71,7 +71,7 @@ def rewrite(model: str | Path, cfg: dict, tenant: dict, rows: list[dict], *, dev
                                max_new_tokens=g["max_new_tokens"], threads=None, device=device,
                                repetition_penalty=g["repetition_penalty"],
                                no_repeat_ngram_size=g["no_repeat_ngram_size"], trim_loops=g["trim_loops"],
-                               dtype=dtype)
+                               dtype=dtype, prefix_cache=g["prefix_cache"])
     return {r["query_id"]: r["rewrite"] for r in out}
 
 

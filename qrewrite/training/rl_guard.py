@@ -52,7 +52,7 @@ def compare_with_parent(cfg: dict, tenant: dict, *, parent: str, child: str, val
                                    max_new_tokens=gen["max_new_tokens"], threads=threads, device=device,
                                    repetition_penalty=gen["repetition_penalty"],
                                    no_repeat_ngram_size=gen["no_repeat_ngram_size"], copy_bias=gen["copy_bias"],
-                                   trim_loops=gen["trim_loops"])
+                                   trim_loops=gen["trim_loops"], prefix_cache=gen["prefix_cache"])
         degenerate[name] = [r["degenerate"] for r in out]
         rewrites[name] = [r["rewrite"] for r in out]
     scorer = RewardScorer(cfg, tenant)
