@@ -14,8 +14,8 @@ Every prompt of a run starts with the same tokens (the chat template's system tu
 label: 56 of a dur-dev prompt's ~99). Their keys and values are computed once and reused by every batch
 (`shared_prefix_len`; transformers' documented prompt-cache reuse): each row is the prefix, its padding, then its
 own tokens, and positions follow the attention mask, so a row sees the tokens it saw left-padded. On 176 dur-dev
-rows at 2 threads it gave the same rewrites in 0.60x the time, 0.67-0.70x on the demo tenants (docs/benchmarks.md). Single-request latency is
-still timed on the whole prompt: what a server without a prompt cache would wait.
+rows at 2 threads it gave the same rewrites in 0.60x the time, 0.67-0.70x on the demo tenants (docs/benchmarks.md).
+Single-request latency is still timed on the whole prompt: what a server without a prompt cache would wait.
 """
 
 from __future__ import annotations
@@ -114,14 +114,16 @@ def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_s
     def prompt(row: dict) -> str:
         return tok.apply_chat_template(rewrite_messages(tenant, row), add_generation_prompt=True, tokenize=False)
 
-    def run(batch: list[dict], new_tokens: int = max_new_tokens, cache=None, prefix: list[int] | None = None):
-        """Greedy completions of `batch`; with `cache` (the keys and values of `prefix`), only each row's own
-        tokens are computed: [prefix, padding, own tokens], the padding masked."""
+    prefix, cache = [], None  # the shared start's tokens and keys/values, set once the prompts are tokenized
+
+    def run(batch: list[dict], new_tokens: int = max_new_tokens, ids: list[list[int]] | None = None):
+        """Greedy completions of `batch`; given its token `ids` and a `cache`, only each row's own tokens are
+        computed: [prefix, padding, own tokens], the padding masked. Without, whole prompts, left-padded."""
         extra = {}
-        if cache is None:
+        if ids is None or cache is None:
             enc = tok([prompt(r) for r in batch], return_tensors="pt", padding=True, add_special_tokens=False)
         else:
-            own = [ids[len(prefix):] for ids in (tok(prompt(r), add_special_tokens=False).input_ids for r in batch)]
+            own = [x[len(prefix):] for x in ids]
             width = max(len(o) for o in own)
             enc = {"input_ids": torch.tensor([prefix + [tok.pad_token_id] * (width - len(o)) + o for o in own]),
                    "attention_mask": torch.tensor([[1] * len(prefix) + [0] * (width - len(o)) + [1] * len(o)
@@ -139,9 +141,9 @@ def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_s
                                  temperature=None, top_p=None, top_k=None, **guards, **extra)
         return out[:, enc["input_ids"].shape[1]:]
 
-    def timed(batch: list[dict], **cached):
+    def timed(batch: list[dict], ids: list[list[int]] | None = None):
         start = time.perf_counter()
-        new = run(batch, **cached)
+        new = run(batch, ids=ids)
         if device == "cuda":
             torch.cuda.synchronize()
         return new, time.perf_counter() - start
@@ -152,17 +154,15 @@ def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_s
     # row); results go back in the rows' order.
     token_ids = [tok(prompt(r), add_special_tokens=False).input_ids for r in rows]
     order = sorted(range(len(rows)), key=lambda i: len(token_ids[i]))
-    cached = {}
     prefix_len = shared_prefix_len(token_ids) if prefix_cache and batch_size > 1 else 0
     if prefix_len:
         prefix = token_ids[0][:prefix_len]
         with torch.inference_mode():
-            cached = {"prefix": prefix,
-                      "cache": model(torch.tensor([prefix], device=device), use_cache=True).past_key_values}
+            cache = model(torch.tensor([prefix], device=device), use_cache=True).past_key_values
     results: list[dict | None] = [None] * len(rows)
     for i in range(0, len(rows), batch_size):
         idx = order[i:i + batch_size]
-        new, wall = timed([rows[j] for j in idx], **cached)
+        new, wall = timed([rows[j] for j in idx], [token_ids[j] for j in idx])
         for j, ids in zip(idx, new):
             raw = tok.decode(ids, skip_special_tokens=False)
             n_new = int((ids != tok.pad_token_id).sum())
@@ -192,6 +192,6 @@ def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_s
                         guards["trim_loops"])
     info = {"device": device, "threads": torch.get_num_threads(), "batch_size": batch_size,
             "latency_sample": len(rows) if batch_size == 1 else min(latency_sample, len(rows)),
-            "max_new_tokens": max_new_tokens, "decoding_guards": guards, "cached_prefix_tokens": prefix_len, "dtype": str(model.dtype),
-            "torch": torch.__version__}
+            "max_new_tokens": max_new_tokens, "decoding_guards": guards, "cached_prefix_tokens": prefix_len,
+            "dtype": str(model.dtype), "torch": torch.__version__}
     return results, info
