@@ -43,6 +43,7 @@ def tenant_paths(tenant: str) -> dict[str, str]:
         "rl_val_swift": f"{r}/rl/val.swift.jsonl",
         "rl_run": f"{r}/train/rl-run",           # backend's checkpoints
         "rl_model": f"{m}/rl",                   # merged HF model of the final RL checkpoint
+        "rl_val_rewrites": f"{r}/train/rl-val-rewrites.json",  # both models' rewrites of val (qrewrite.eval.reuse)
         "release": f"{m}/release",               # what the tenant gets, chosen on validation: a model or a rule
         "stats_sft": f"{r}/stats/sft.json",
         "stats_rl": f"{r}/stats/rl.json",

@@ -183,6 +183,10 @@ def test_models_are_made_for_both_tenants(run):
 
         rel = json.loads((root / p["release"] / "release.json").read_text())
         assert [c["name"] for c in rel["candidates"]] == ["query_history", "sft", "rl"]
+        # both students' rewrites of the validation rows come from the rl stage's parent check, which generated
+        # them with the same weights, prompts and decoding (qrewrite.eval.reuse): not generated twice
+        assert {c["name"]: c.get("reused_from") for c in rel["candidates"]} == {
+            "query_history": None, "sft": p["rl_val_rewrites"], "rl": p["rl_val_rewrites"]}
         assert rel["released"]["name"] == choose(rel["candidates"], rel["decision"]["margin"])["name"]
         assert rel["n_with_gold"] == len([r for r in run.project.read_jsonl(p["val"]) if r["meta"]["gold_doc_ids"]])
         assert (rel["released"]["kind"] == "model") == (root / p["release"] / "config.json").is_file()

@@ -78,6 +78,40 @@ def test_append_history_pastes_the_history_after_the_same_generation_without_gen
         "q1": "小林家的龙女仆是谁 小林家的龙女仆 / 是动漫", "q2": "好"}
 
 
+def test_the_rl_stages_rewrites_are_taken_only_for_exactly_the_same_generation(tmp_path):
+    """The rl stage's record of both models' validation rewrites (qrewrite.eval.reuse) stands in for the release's
+    generation only where that generation is the same: weights, prompts in order, decoding and device. Here there
+    is no model to generate with, so a miss fails the call (`model_rewrites` cannot load it) and a hit does not."""
+    from qrewrite.eval import reuse
+
+    tenant = {"system_prompt": "改写", "language": "zh"}
+    rows = [{**r, "profile": None} for r in ROWS]
+    model = tmp_path / "sft-merged"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"weights")
+    cand = release_candidates({"release": {"candidates": ["sft"], "decoding": [{}, {"append_history": True}]},
+                               "eval": {"generation": {"max_new_tokens": 40, "batch_size": 8}}})
+    key = generation_key(cand[0]["decoding"])
+    path = tmp_path / "rl-val-rewrites.json"
+    reuse.write_generations(str(path), [reuse.record("sft", str(model), tenant, rows, key, "cpu", ["甲", "乙"])])
+    cfg = {"train": {"device": "cpu"}}
+    reused: set = set()
+    got = rewrites(cand[1], cfg, tenant, rows, str(model), 1, {}, str(path), reused)
+    assert got == {"q1": "甲 小林家的龙女仆 / 是动漫", "q2": "乙"} and reused == {(str(model), key)}
+    assert reuse.reusable(str(path), str(model), tenant, rows, key, "cpu") == {"q1": "甲", "q2": "乙"}
+    # each difference is a miss: other rows or order, another decoding, device, system prompt, or weights
+    assert reuse.reusable(str(path), str(model), tenant, rows[::-1], key, "cpu") is None
+    assert reuse.reusable(str(path), str(model), tenant, rows[:1], key, "cpu") is None
+    assert reuse.reusable(str(path), str(model), tenant, rows, (41,) + key[1:], "cpu") is None
+    assert reuse.reusable(str(path), str(model), tenant, rows, key, "cuda") is None
+    assert reuse.reusable(str(path), str(model), {**tenant, "system_prompt": "别的"}, rows, key, "cpu") is None
+    assert reuse.reusable(None, str(model), tenant, rows, key, "cpu") is None
+    (model / "model.safetensors").write_bytes(b"weights, merged again")
+    assert reuse.reusable(str(path), str(model), tenant, rows, key, "cpu") is None
+    with pytest.raises(Exception):  # a miss generates: with no model here, that fails
+        rewrites(cand[0], cfg, tenant, rows, str(model), 1, {}, str(path))
+
+
 def test_a_reused_eval_row_gets_the_released_decodings_history_or_loses_it():
     spec = {"name": "release", "kind": "release"}
     plain = {"query_id": "q1", "candidate": "sft", "kind": "model", "status": "ok", "rewrite": "小林家的龙女仆是谁"}
@@ -95,7 +129,7 @@ def test_a_reused_eval_row_gets_the_released_decodings_history_or_loses_it():
 def test_the_release_stage_is_given_no_test_rows_and_no_eval_output():
     s = STAGES["release"]
     ins = set(s.keys("in"))
-    assert ins == {"val", "queries", "sft_merged", "rl_model", "kb"}
+    assert ins == {"val", "queries", "sft_merged", "rl_model", "rl_val_rewrites", "kb"}
     assert not ins & {"test", "eval_split", "rewrites", "all_rewrites", "eval_json", "examples", "plots"}
     assert set(s.keys("out")) == {"release"} and s.half == "models"
     # the eval scores it on test afterwards: the release is upstream of the eval, never the other way round

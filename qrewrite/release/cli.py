@@ -30,7 +30,7 @@ def cmd_release(args) -> None:
     models = {"sft_merged": args.sft, "rl_model": args.rl}
     margin = cfg["release"]["margin"]
     if gold_rows:
-        figures, per_row = score(cfg, tenant, gold_rows, cands, models, args.threads)
+        figures, per_row = score(cfg, tenant, gold_rows, cands, models, args.threads, reuse_from=args.rl_rewrites)
     else:
         figures, per_row = [{"name": c["name"], "mean": None, "ci_low": None, "ci_high": None, "n": 0}
                             for c in cands], {}
@@ -80,5 +80,7 @@ def register(sub) -> None:
            ("--queries", "results/T/queries.jsonl (query, profile, history, gold)"),
            ("--sft", "the merged SFT model (models/T/sft-merged)"), ("--rl", "the merged RL model (models/T/rl)"),
            ("--out", "models/T/release"))
+    p.add_argument("--rl-rewrites", help="results/T/train/rl-val-rewrites.json: the rl stage's rewrites of these "
+                   "rows by both models, taken where the generation is exactly the one the release would run")
     p.add_argument("--threads", type=int, help="CPU threads for generation")
     p.set_defaults(func=cmd_release)

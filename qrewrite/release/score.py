@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 
-from ..eval import stats
+from ..eval import reuse, stats
 from ..eval.candidates import RULE_REWRITES as RULES
 from ..eval.candidates import STUDENTS, generation_key, model_rewrites, with_history
 from ..eval.hits import hit_at_1
@@ -37,15 +37,27 @@ def release_candidates(cfg: dict) -> list[dict]:
 
 
 def rewrites(cand: dict, cfg: dict, tenant: dict, rows: list[dict], model_dir: str | None,
-             threads: int | None, generated: dict | None = None) -> dict[str, str]:
+             threads: int | None, generated: dict | None = None, reuse_from: str | None = None,
+             reused: set | None = None) -> dict[str, str]:
     """query id → the candidate's rewrite of each row: a rule's, or the eval's model generation (no latency
     timing: nothing here reports latency). `generated` remembers each model's own texts by its decoding, so a
-    lever that only pastes text after them (append_history) generates nothing again."""
+    lever that only pastes text after them (append_history) generates nothing again; `reuse_from` is the rl
+    stage's record of the same generation (qrewrite.eval.reuse), taken when it is exactly this one (its memo
+    key then added to `reused`)."""
     spec = {"name": cand["name"], "kind": cand["kind"]}
     if cand["kind"] in RULES:
         return {r["query_id"]: r["rewrite"] for r in RULES[cand["kind"]](spec, rows)}
     generated = {} if generated is None else generated
     key = (model_dir, generation_key(cand["decoding"]))
+    if key not in generated:
+        device = cand["decoding"].get("device") or cfg["train"]["device"]
+        taken = reuse.reusable(reuse_from, model_dir, tenant, rows, key[1], device)
+        if taken is not None:
+            log.info("release candidate %s: the rl stage's rewrites of these rows by %s, same weights, prompts and "
+                     "decoding (%s): not generated again", cand["name"], model_dir, reuse_from)
+            generated[key] = taken
+            if reused is not None:
+                reused.add(key)
     if key not in generated:
         out, _ = model_rewrites({**spec, "generation": {**cand["decoding"], "latency_sample": 0,
                                                         "append_history": False}}, cfg, tenant, rows, model_dir,
@@ -58,17 +70,24 @@ def rewrites(cand: dict, cfg: dict, tenant: dict, rows: list[dict], model_dir: s
 
 
 def score(cfg: dict, tenant: dict, rows: list[dict], cands: list[dict], models: dict[str, str],
-          threads: int | None, generated: dict | None = None) -> tuple[list[dict], dict[str, list]]:
+          threads: int | None, generated: dict | None = None,
+          reuse_from: str | None = None) -> tuple[list[dict], dict[str, list]]:
     """(figures cheapest first: {name, mean, ci_low, ci_high, n}, per-row Hit@1 by name) on `rows`.
-    `models`: artifact key → model folder; `generated`: `rewrites`' memo of these rows (a caller's, to keep)."""
-    texts, generated = {}, {} if generated is None else generated
+    `models`: artifact key → model folder; `generated`: `rewrites`' memo of these rows (a caller's, to keep);
+    `reuse_from`: the rl stage's rewrites (`rewrites`). A candidate whose texts came from it says so
+    (`reused_from`)."""
+    texts, generated, reused = {}, {} if generated is None else generated, set()
     for c in cands:
         log.info("release candidate %s: rewriting %d validation rows", c["name"], len(rows))
-        texts[c["name"]] = rewrites(c, cfg, tenant, rows, models.get(c["artifact"]), threads, generated)
+        texts[c["name"]] = rewrites(c, cfg, tenant, rows, models.get(c["artifact"]), threads, generated, reuse_from,
+                                    reused)
+    taken = {c["name"] for c in cands
+             if c["kind"] == "model" and (models.get(c["artifact"]), generation_key(c["decoding"])) in reused}
     per_row = hit_at_1(cfg, tenant, rows, texts)
     boot = cfg["eval"]["bootstrap"]
     bkw = dict(samples=boot["samples"], seed=boot["seed"], confidence=boot["confidence"])
-    figures = [{"name": c["name"], **stats.mean_ci(per_row[c["name"]], **bkw)} for c in cands]
+    figures = [{"name": c["name"], **stats.mean_ci(per_row[c["name"]], **bkw),
+                **({"reused_from": reuse_from} if c["name"] in taken else {})} for c in cands]
     for f in figures:
         log.info("validation Hit@1 %s: %s [%s, %s] over %d rows", f["name"], f["mean"], f["ci_low"], f["ci_high"],
                  f["n"])

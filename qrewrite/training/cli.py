@@ -165,11 +165,13 @@ def cmd_rl(args) -> None:
 
         stats = run_swift_grpo(cfg, train_jsonl=data["train_swift"], threads=args.threads, **common)
     stats["reward"] = summarize_curve(args.tb)
+    generations: list[dict] = []
     if cfg["rl"]["compare_with_parent"]:
         from .rl_guard import compare_with_parent
 
         stats["vs_sft"] = compare_with_parent(cfg, tenant, parent=args.model, child=args.out,
-                                              val_swift=data["val_swift"], threads=args.threads)
+                                              val_swift=data["val_swift"], threads=args.threads,
+                                              generations=generations)
     inputs = {"model": args.model, "kb": tenant["kb"]["path"]}
     inputs.update({k: data[k] for k in (("train", "val") if backend == "verl" else ("train_swift",))})
     r = stats["reward"]
@@ -179,6 +181,11 @@ def cmd_rl(args) -> None:
              usage={k: r[k] for k in ("rollouts_scored", "rag_calls", "judge_calls", "rag_cache_hit_rate",
                                        "judge_cache_hit_rate")} | {"train_wall_s": stats["wall_s"]})
     _write_stats(args.stats, {"tenant": tenant["name"], **stats})
+    if args.val_rewrites:
+        from ..eval.reuse import write_generations
+
+        write_generations(args.val_rewrites, generations,
+                          None if generations else "rl.compare_with_parent is off: nothing generated here")
     r = stats["reward"]
     log.info("rl %s (%s): reward %.3f -> %.3f, win rate vs teacher %.2f -> %.2f, %ss", tenant["name"], backend,
              r["first"]["reward_mean"], r["last"]["reward_mean"], r["first"]["win_rate"], r["last"]["win_rate"],
@@ -224,5 +231,7 @@ def register(sub) -> None:
            ("--run-dir", "backend checkpoints"),
            ("--tb", "TensorBoard log dir (backend scalars + qrewrite/* reward scalars)"))
     p.add_argument("--stats", help="stats json (reward curve summary, wall time)")
+    p.add_argument("--val-rewrites", help="results/T/train/rl-val-rewrites.json: both models' rewrites of the "
+                   "validation rows (the parent check's), which the release takes instead of generating them again")
     p.add_argument("--threads", type=int, help="CPU threads (OMP_NUM_THREADS)")
     p.set_defaults(func=cmd_rl)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import logging
 
-from ..eval import stats
+from ..eval import reuse, stats
+from ..eval.candidates import generation_key
 from ..eval.generate import generate_rewrites
 from ..io_utils import read_jsonl
 from ..metrics import gold_ranking
@@ -39,8 +40,9 @@ def validation_rows(val_swift: str) -> list[dict]:
 
 
 def compare_with_parent(cfg: dict, tenant: dict, *, parent: str, child: str, val_swift: str,
-                        threads: int | None = None) -> dict:
-    """{n, reward: paired RL − SFT, hit_at_1: paired (rows with gold), worse_beyond_noise, basis, examples}."""
+                        threads: int | None = None, generations: list | None = None) -> dict:
+    """{n, reward: paired RL − SFT, hit_at_1: paired (rows with gold), worse_beyond_noise, basis, examples}.
+    `generations`: each model's rewrites are appended to it (qrewrite.eval.reuse records) for the release."""
     rows = validation_rows(val_swift)
     if not rows:
         return {"n": 0, "worse_beyond_noise": None, "basis": None, "note": "no validation prompts"}
@@ -55,6 +57,8 @@ def compare_with_parent(cfg: dict, tenant: dict, *, parent: str, child: str, val
                                    trim_loops=gen["trim_loops"], prefix_cache=gen["prefix_cache"])
         degenerate[name] = [r["degenerate"] for r in out]
         rewrites[name] = [r["rewrite"] for r in out]
+        if generations is not None:
+            generations.append(reuse.record(name, model, tenant, rows, generation_key(gen), device, rewrites[name]))
     scorer = RewardScorer(cfg, tenant)
     scorer.sample_share = 1.0  # judge every rewrite: the two models compared on the same terms
     try:

@@ -152,7 +152,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("rl", "RL on the merged SFT model with the qrewrite reward (verl on the cluster, ms-swift GRPO on "
           "CPU) → the merged RL model.", "training",
           args=(i("model", "sft_merged"), d("data-dir", "rl_dir"), i("reward-check", "reward_check"),
-                o("out", "rl_model"), d("run-dir", "rl_run"), o("tb", "tb_rl"), o("stats", "stats_rl")),
+                o("out", "rl_model"), d("run-dir", "rl_run"), o("tb", "tb_rl"), o("stats", "stats_rl"),
+                o("val-rewrites", "rl_val_rewrites")),
           reads=("rl_train", "rl_val", "rl_train_swift", "rl_val_swift", "kb"),
           params=("rl", "reward", "rag", "eval.generation", "eval.bootstrap", "tenant.judge_rubric", "tenant.language", "tenant.system_prompt",
                   "tenant.kb", "tenant.tenant_id"),
@@ -163,7 +164,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     # the release sees the validation split only (no test, no eval output): tests/test_release.py holds it to that
     Stage("release", "What the tenant gets, chosen on the validation split: query + history (a rule), SFT or RL, "
           "each with the decoding levers under consideration; ties go to the cheaper → models/T/release.",
-          "release", args=(i("val"), i("queries"), i("sft", "sft_merged"), i("rl", "rl_model"), o("out", "release")),
+          "release", args=(i("val"), i("queries"), i("sft", "sft_merged"), i("rl", "rl_model"),
+                           i("rl-rewrites", "rl_val_rewrites"), o("out", "release")),
           reads=("kb",), params=("release", "eval.generation", "eval.bootstrap", "rag", "tenant.kb",
                                  "tenant.language", "tenant.system_prompt", "tenant.tenant_id"),
           env="swift", threads=True, mem_mb=16000, runtime=60, half="models", priority=5),
