@@ -25,7 +25,7 @@ from common import median, study_args, write_result  # noqa: E402
 
 from qrewrite.config import load_config, tenant_config  # noqa: E402
 from qrewrite.eval.candidates import eval_rows  # noqa: E402
-from qrewrite.eval.generate import generate_rewrites  # noqa: E402
+from qrewrite.eval.generate import generate_rewrites, generation_kwargs  # noqa: E402
 from qrewrite.io_utils import read_json  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
@@ -64,12 +64,8 @@ def main() -> int:
     for _ in range(args.repeats):
         for cached in (False, True):
             start = time.perf_counter()
-            out, info = generate_rewrites(args.model, tenant, rows, batch_size=gen["batch_size"],
-                                          max_new_tokens=gen["max_new_tokens"], threads=args.threads, device="cpu",
-                                          latency_sample=0, repetition_penalty=gen["repetition_penalty"],
-                                          no_repeat_ngram_size=gen["no_repeat_ngram_size"],
-                                          copy_bias=gen["copy_bias"], trim_loops=gen["trim_loops"],
-                                          prefix_cache=cached)
+            out, info = generate_rewrites(args.model, tenant, rows, **generation_kwargs(
+                gen, threads=args.threads, device="cpu", latency_sample=0, prefix_cache=cached))
             walls[cached].append(round(time.perf_counter() - start, 2))
             outs[cached] = [r["raw_completion"] for r in out]
             prefix = max(prefix, info["cached_prefix_tokens"])

@@ -407,3 +407,20 @@ def test_model_candidate_generates_with_transformers_in_the_swift_env(data, smol
     uncached = data.read_jsonl(out)
     assert uncached[0]["generation"]["cached_prefix_tokens"] == 0
     assert [r["raw_completion"] for r in uncached] == [r["raw_completion"] for r in batched]
+
+
+def test_generation_kwargs_pass_each_decoding_key_of_the_config_to_generate_rewrites():
+    """The one list the eval, the release, the rl check, the GPU check and the bench take their decoding from:
+    each key is a setting of eval.generation (schema) and a keyword of generate_rewrites; an override replaces."""
+    import inspect
+
+    from qrewrite.config import load_config
+    from qrewrite.eval.generate import DECODING_KEYS, generate_rewrites, generation_kwargs
+    from conftest import REPO
+
+    gen = load_config(REPO / "config.yaml")["eval"]["generation"]
+    params = inspect.signature(generate_rewrites).parameters
+    assert set(DECODING_KEYS) <= set(gen) and set(DECODING_KEYS) <= set(params)
+    kw = generation_kwargs(gen, copy_bias=None, device="cpu")
+    assert kw["copy_bias"] is None and kw["device"] == "cpu" and kw["batch_size"] == gen["batch_size"]
+    assert set(kw) <= set(params)

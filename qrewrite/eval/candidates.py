@@ -184,17 +184,12 @@ def api_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict]) -> list[
 
 def model_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], model_dir: str,
                    threads: int | None) -> tuple[list[dict], dict]:
-    from .generate import generate_rewrites
+    from .generate import generate_rewrites, generation_kwargs
 
     gen = {**cfg["eval"]["generation"], **(spec.get("generation") or {})}
     device = gen["device"] or cfg["train"]["device"]
-    results, info = generate_rewrites(model_dir, tenant, rows, batch_size=gen["batch_size"],
-                                      max_new_tokens=gen["max_new_tokens"], threads=threads or gen["threads"],
-                                      device=device, latency_sample=gen["latency_sample"],
-                                      repetition_penalty=gen["repetition_penalty"],
-                                      no_repeat_ngram_size=gen["no_repeat_ngram_size"],
-                                      copy_bias=gen["copy_bias"], trim_loops=gen["trim_loops"],
-                                      prefix_cache=gen["prefix_cache"])
+    results, info = generate_rewrites(model_dir, tenant, rows, **generation_kwargs(
+        gen, threads=threads or gen["threads"], device=device, latency_sample=gen["latency_sample"]))
     price = spec.get("gpu_hour_usd", cfg["eval"]["gpu_hour_usd"])
     out = []
     for r, g in zip(rows, results):
@@ -236,22 +231,22 @@ def reusable_candidates(cfg: dict) -> list[dict]:
 def same_generation(cfg: dict, tenant: dict, released: dict, folder: str,
                     rows: list[dict]) -> tuple[str, list[dict]] | None:
     """(path, rows) of the eval rewrites of the candidate whose generation the released model repeats exactly:
-    the same weights (the release folder links that candidate's files), the same decoding, the same rows, written
-    after the weights. None if there is none: the release then generates its own."""
-    import os
+    the same weights (the release folder links that candidate's files: the same files, `reuse.weights_identity`),
+    the same decoding, the same rows, written after the weights. None if there is none: the release then generates
+    its own."""
     from pathlib import Path
 
     from ..paths import eval_paths
+    from .reuse import weights_identity
 
-    weights = sorted(Path(folder).glob("*.safetensors"))
+    weights = weights_identity(folder)
     for spec in reusable_candidates(cfg):
         if spec.get("artifact") != released["artifact"]:
             continue
-        src = Path(model_path(spec, tenant))
         path = Path(eval_paths(tenant["name"])["rewrites"].replace("{candidate}", spec["name"]))
         gen = {**cfg["eval"]["generation"], **(spec.get("generation") or {})}
-        if not (weights and path.is_file() and all((src / w.name).is_file() and os.path.samefile(w, src / w.name)
-                                                   and path.stat().st_mtime > w.stat().st_mtime for w in weights)):
+        if not (weights and path.is_file() and weights_identity(model_path(spec, tenant)) == weights
+                and path.stat().st_mtime_ns > max(mtime for *_, mtime in weights)):
             continue
         if generation_key(gen) != generation_key(released["decoding"]):
             continue

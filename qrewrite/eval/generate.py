@@ -65,6 +65,18 @@ class CopyBias:
         return scores
 
 
+# eval.generation's keys that are generate_rewrites' keyword arguments as they are: one list, so a new decoding
+# setting reaches every caller (eval, release, the rl stage's check, the GPU check, the bench) in one edit
+DECODING_KEYS = ("batch_size", "max_new_tokens", "repetition_penalty", "no_repeat_ngram_size", "copy_bias",
+                 "trim_loops", "prefix_cache")
+
+
+def generation_kwargs(gen: dict, **overrides) -> dict:
+    """generate_rewrites' keyword arguments from an eval.generation block; `overrides` add or replace (threads,
+    device, latency_sample, dtype, or a key of the block a caller leaves out on purpose, e.g. copy_bias=None)."""
+    return {**{k: gen[k] for k in DECODING_KEYS}, **overrides}
+
+
 def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_size: int, max_new_tokens: int,
                       threads: int | None, device: str, latency_sample: int = 0,
                       repetition_penalty: float | None = None,

@@ -64,14 +64,12 @@ def tenant_from(config: str | Path) -> tuple[dict, dict]:
 def rewrite(model: str | Path, cfg: dict, tenant: dict, rows: list[dict], *, device: str,
             dtype: str | None = None) -> dict[str, str]:
     """query id -> the eval's plain greedy rewrite (eval.generation's lengths and guards, no lever)."""
-    from ..eval.generate import generate_rewrites
+    from ..eval.generate import generate_rewrites, generation_kwargs
 
     g = cfg["eval"]["generation"]
-    out, _ = generate_rewrites(str(model), tenant, rows, batch_size=g["batch_size"],
-                               max_new_tokens=g["max_new_tokens"], threads=None, device=device,
-                               repetition_penalty=g["repetition_penalty"],
-                               no_repeat_ngram_size=g["no_repeat_ngram_size"], trim_loops=g["trim_loops"],
-                               dtype=dtype, prefix_cache=g["prefix_cache"])
+    # no copy bias: the check compares the student itself, without a decoding lever
+    out, _ = generate_rewrites(str(model), tenant, rows,
+                               **generation_kwargs(g, copy_bias=None, threads=None, device=device, dtype=dtype))
     return {r["query_id"]: r["rewrite"] for r in out}
 
 

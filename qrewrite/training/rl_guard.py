@@ -15,7 +15,7 @@ import logging
 
 from ..eval import reuse, stats
 from ..eval.candidates import generation_key
-from ..eval.generate import generate_rewrites
+from ..eval.generate import generate_rewrites, generation_kwargs
 from ..io_utils import read_jsonl
 from ..metrics import gold_ranking
 from ..reward.adapter import sample_from_ground_truth
@@ -50,11 +50,7 @@ def compare_with_parent(cfg: dict, tenant: dict, *, parent: str, child: str, val
     device = "cuda" if cfg["train"]["device"] == "cuda" else "cpu"
     rewrites, degenerate = {}, {}
     for name, model in (("sft", parent), ("rl", child)):
-        out, _ = generate_rewrites(model, tenant, rows, batch_size=gen["batch_size"],
-                                   max_new_tokens=gen["max_new_tokens"], threads=threads, device=device,
-                                   repetition_penalty=gen["repetition_penalty"],
-                                   no_repeat_ngram_size=gen["no_repeat_ngram_size"], copy_bias=gen["copy_bias"],
-                                   trim_loops=gen["trim_loops"], prefix_cache=gen["prefix_cache"])
+        out, _ = generate_rewrites(model, tenant, rows, **generation_kwargs(gen, threads=threads, device=device))
         degenerate[name] = [r["degenerate"] for r in out]
         rewrites[name] = [r["rewrite"] for r in out]
         if generations is not None:
