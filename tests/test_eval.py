@@ -408,6 +408,17 @@ def test_model_candidate_generates_with_transformers_in_the_swift_env(data, smol
     assert uncached[0]["generation"]["cached_prefix_tokens"] == 0
     assert [r["raw_completion"] for r in uncached] == [r["raw_completion"] for r in batched]
 
+    # eval.generation.dtype: the weights load in it (float32 on cpu by default), and its rows say so
+    assert batched[0]["generation"]["dtype"] == "torch.float32"
+    cfg = cfg_with_eval(data, "c_gen_bf16.yaml", candidates=[{"name": "base", "kind": "model", "path": str(base)}],
+                        baseline="base", compare=[], headline=["base"], max_rows=3, gpu_hour_usd=3.6,
+                        generation={"max_new_tokens": 12, "batch_size": 2, "latency_sample": 0,
+                                    "dtype": "bfloat16"}, without_sets=True)
+    _, out = rewrites(data, cfg, "base", "--model", str(base), "--threads", "1")
+    bf16 = data.read_jsonl(out)
+    assert len(bf16) == 3 and all(r["status"] == "ok" for r in bf16)
+    assert bf16[0]["generation"]["dtype"] == "torch.bfloat16"
+
 
 def test_generation_kwargs_pass_each_decoding_key_of_the_config_to_generate_rewrites():
     """The one list the eval, the release, the rl check, the GPU check and the bench take their decoding from:

@@ -132,7 +132,8 @@ def _kit_data(tmp_path: Path) -> tuple[Path, Path]:
     kit_cfg, _ = learn_kit.kit_config(_config(tmp_path), [], "fivedoctors")
     kit_cfg["tenants"][0]["kb"]["fields"] = {"doc_id": "id", "title": "title", "content": "content"}
     cfg = run_config.learn_config(kit_cfg, kb=str(tmp_path / "kb.jsonl"), rehearse=True)
-    cfg["eval"]["generation"].update(max_new_tokens=8, batch_size=4)
+    # float32 as the agreement pass: on CPU its rewrites and the eval's are then the same (config.yaml decodes bfloat16)
+    cfg["eval"]["generation"].update(max_new_tokens=8, batch_size=4, dtype="float32")
     (tmp_path / "learn.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
     return data, tmp_path / "learn.yaml"
 

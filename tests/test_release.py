@@ -103,6 +103,8 @@ def test_the_rl_stages_rewrites_are_taken_only_for_exactly_the_same_generation(t
     assert reuse.reusable(str(path), str(model), tenant, rows[::-1], key, "cpu") is None
     assert reuse.reusable(str(path), str(model), tenant, rows[:1], key, "cpu") is None
     assert reuse.reusable(str(path), str(model), tenant, rows, (41,) + key[1:], "cpu") is None
+    bf16 = generation_key({**cand[0]["decoding"], "dtype": "bfloat16"})  # the weights' dtype changes the rewrites
+    assert bf16 != key and reuse.reusable(str(path), str(model), tenant, rows, bf16, "cpu") is None
     assert reuse.reusable(str(path), str(model), tenant, rows, key, "cuda") is None
     assert reuse.reusable(str(path), str(model), {**tenant, "system_prompt": "别的"}, rows, key, "cpu") is None
     assert reuse.reusable(None, str(model), tenant, rows, key, "cpu") is None

@@ -39,7 +39,7 @@ def production_commands(cfg: dict, model: str, name: str, max_batch_size: int, d
                   template=swift["template"], max_batch_size=max_batch_size)
     vllm = server.server_argv("vllm", model, device="cuda", max_model_len=prod["max_model_len"],
                               gpu_memory_utilization=prod["gpu_memory_utilization"], **common)
-    sw = server.server_argv("swift", model, device=device, **common)
+    sw = server.server_argv("swift", model, device=device, dtype=cfg["eval"]["generation"]["dtype"], **common)
     return {
         "gpu_vllm": f'VLLM_API_KEY="${key}" ' + shlex.join(vllm),
         "swift": shlex.join(sw) + f' --api_key "${key}"',
@@ -140,7 +140,7 @@ def run_check(cfg: dict, tenant: dict, rows: list[dict], *, model: str, eval_jso
     swift = base_model_swift(cfg)
     argv = server.server_argv(backend, model, host=host, port=port, name=name, device=device,
                               model_type=swift["model_type"], template=swift["template"], max_batch_size=batch,
-                              launcher=server.launcher(backend))
+                              launcher=server.launcher(backend), dtype=decoding.get("dtype"))
     env = {"OMP_NUM_THREADS": str(threads)} if threads and device == "cpu" else {}
     base_url = f"http://{host}:{port}/v1"
     max_tokens = gen["max_new_tokens"]

@@ -58,10 +58,13 @@ def free_port(host: str) -> int:
 
 def server_argv(backend: str, model: str, *, host: str, port: int, name: str, device: str,
                 model_type: str, template: str, max_batch_size: int, max_model_len: int | None = None,
-                gpu_memory_utilization: float | None = None, launcher: list[str] | None = None) -> list[str]:
+                gpu_memory_utilization: float | None = None, launcher: list[str] | None = None,
+                dtype: str | None = None) -> list[str]:
     """The server's command line. `launcher` replaces the executable (`vllm` / `swift deploy`), e.g. with
-    [python, "-m", "swift.cli.deploy"]. Greedy decoding and max_tokens come with each request."""
-    dtype = "bfloat16" if device == "cuda" else "float32"  # as the in-process eval loads the model
+    [python, "-m", "swift.cli.deploy"]. Greedy decoding and max_tokens come with each request. dtype:
+    eval.generation.dtype, so the server loads the weights as the in-process eval does (null: bfloat16 on cuda,
+    float32 on cpu)."""
+    dtype = dtype or ("bfloat16" if device == "cuda" else "float32")
     if backend == "vllm":
         argv = [*(launcher or ["vllm", "serve"]), model, "--host", host, "--port", str(port),
                 "--served-model-name", name, "--dtype", dtype]

@@ -213,7 +213,7 @@ def rewrite_fields(own: str, row: dict, append: bool) -> dict:
 # the decoding settings that make two greedy generations of the same model on the same rows the same
 # (append_history only pastes text after what was generated: release_rewrites applies it to reused rows)
 DECODING_KEYS = ("max_new_tokens", "batch_size", "repetition_penalty", "no_repeat_ngram_size", "copy_bias",
-                 "trim_loops")
+                 "trim_loops", "dtype")
 
 
 def generation_key(decoding: dict) -> tuple:

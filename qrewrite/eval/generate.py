@@ -68,13 +68,39 @@ class CopyBias:
 # eval.generation's keys that are generate_rewrites' keyword arguments as they are: one list, so a new decoding
 # setting reaches every caller (eval, release, the rl stage's check, the GPU check, the bench) in one edit
 DECODING_KEYS = ("batch_size", "max_new_tokens", "repetition_penalty", "no_repeat_ngram_size", "copy_bias",
-                 "trim_loops", "prefix_cache")
+                 "trim_loops", "prefix_cache", "dtype")
 
 
 def generation_kwargs(gen: dict, **overrides) -> dict:
     """generate_rewrites' keyword arguments from an eval.generation block; `overrides` add or replace (threads,
-    device, latency_sample, dtype, or a key of the block a caller leaves out on purpose, e.g. copy_bias=None)."""
+    device, latency_sample, or a key of the block a caller leaves out on purpose, e.g. copy_bias=None, or the GPU
+    check's dtype="float32")."""
     return {**{k: gen[k] for k in DECODING_KEYS}, **overrides}
+
+
+def weights_dtype(dtype: str | None, device: str):
+    """The torch dtype the model is loaded in: eval.generation.dtype, or with null bfloat16 on cuda and float32 on
+    cpu. bfloat16 on a CPU halves the bytes each decoding step reads and runs its matrix products on the CPU's
+    bf16 units (AVX512-BF16 / AMX): 2.4x faster on this project's CPUs, rewrites nearly all the same
+    (docs/training.md). A CPU without them emulates bf16, slower than float32: said in the log."""
+    import torch
+
+    if dtype is None:
+        return torch.bfloat16 if device == "cuda" else torch.float32
+    if dtype == "bfloat16" and device == "cpu" and not cpu_has_bf16():
+        log.warning("eval.generation.dtype is bfloat16 but this CPU has no bf16 instructions (avx512_bf16 / "
+                    "amx_bf16): torch emulates them, slower than float32; set eval.generation.dtype: float32 here")
+    return getattr(torch, dtype)
+
+
+def cpu_has_bf16() -> bool:
+    """Whether the CPU multiplies bf16 natively (Linux: /proc/cpuinfo's flags); elsewhere assumed not."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
+            flags = next((line.split(":", 1)[1].split() for line in fh if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_size: int, max_new_tokens: int,
@@ -89,8 +115,8 @@ def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_s
     copy_bias: added to the logit of every token of the row's own question, profile and history (``CopyBias``): a
     rewrite mostly copies its input, and a small model otherwise writes in a name it half remembers.
     trim_loops: a rewrite that loops ends where the loop began (qrewrite.eval.degenerate.trim_loop; `loop_trimmed`
-    says so, `raw_completion` keeps what the model wrote). dtype: None = bfloat16 on cuda, float32 on cpu; "float32"
-    on cuda reproduces the CPU's numbers more closely (the GPU learning run's agreement check). prefix_cache: batches
+    says so, `raw_completion` keeps what the model wrote). dtype: `weights_dtype`; "float32" on cuda reproduces a
+    float32 CPU's numbers more closely (the GPU learning run's agreement check). prefix_cache: batches
     reuse the keys and values of the tokens every prompt starts with (module docstring)."""
     from .degenerate import degeneracy, source_text, trim_loop
 
@@ -104,9 +130,7 @@ def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_s
                             hint="set eval.generation.device: cpu, or run on a GPU node")
     try:
         tok = AutoTokenizer.from_pretrained(model_dir)
-        model = AutoModelForCausalLM.from_pretrained(
-            model_dir, dtype=getattr(torch, dtype) if dtype else torch.bfloat16 if device == "cuda" else torch.float32
-        ).to(device)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=weights_dtype(dtype, device)).to(device)
     except (OSError, ValueError) as exc:
         raise QrewriteError(f"cannot load the model: {exc}", file=model_dir,
                             hint="a model candidate needs a merged Hugging Face folder (config.json, weights, "
