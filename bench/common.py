@@ -80,6 +80,13 @@ def write_result(name: str, data: dict) -> Path:
     return path
 
 
+def mean_text(m: dict, ci: bool = False) -> str:
+    """A figure (qrewrite.eval.stats.mean_ci) as the studies' tables print it: the mean, with `ci` its interval."""
+    if m.get("mean") is None:
+        return "–"
+    return f"{m['mean']:.3f} [{m['ci_low']:.3f}, {m['ci_high']:.3f}]" if ci else f"{m['mean']:.3f}"
+
+
 def paired_text(d: dict) -> str:
     """A paired difference (qrewrite.eval.stats.paired) as the studies' tables print it."""
     return (f"{d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] ({d['a_better']} better, "

@@ -20,7 +20,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from common import paired_text, study_args, write_result  # noqa: E402
+from common import mean_text, paired_text, study_args, write_result  # noqa: E402
 
 from qrewrite.config import load_config, tenant_config  # noqa: E402
 from qrewrite.eval import stats  # noqa: E402
@@ -74,10 +74,6 @@ def measure(project: Path, tenant_name: str, config: str, threads: int | None, t
     return doc
 
 
-def fmt(m: dict) -> str:
-    return f"{m['mean']:.3f}" if m.get("mean") is not None else "–"
-
-
 def table() -> str:
     lines = ["| tenant | student | validation float32 | validation bfloat16 | bf16 − fp32 (validation) | rewrites that "
              "differ | generation time fp32 / bf16 | test fp32 / bf16 (after) |", "|---|---|---|---|---|---|---|---|"]
@@ -87,9 +83,9 @@ def table() -> str:
             if not isinstance(v, dict):
                 continue
             t = doc.get("test", {}).get(name)
-            after = f"{fmt(t['float32'])} / {fmt(t['bfloat16'])}" if t else "–"
-            lines.append(f"| {doc['tenant']} ({doc['val']['n']} val) | {name} | {fmt(v['float32'])} | "
-                         f"{fmt(v['bfloat16'])} | {paired_text(v['bf16_minus_fp32'])} | {v['rewrites_differ']} | "
+            after = f"{mean_text(t['float32'])} / {mean_text(t['bfloat16'])}" if t else "–"
+            lines.append(f"| {doc['tenant']} ({doc['val']['n']} val) | {name} | {mean_text(v['float32'])} | "
+                         f"{mean_text(v['bfloat16'])} | {paired_text(v['bf16_minus_fp32'])} | {v['rewrites_differ']} | "
                          f"{v['wall_s']['float32']} / {v['wall_s']['bfloat16']} s ({v['speedup']}x) | {after} |")
     return "\n".join(lines)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from common import study_args, write_result  # noqa: E402
+from common import mean_text, study_args, write_result  # noqa: E402
 
 from qrewrite.config import load_config, tenant_config  # noqa: E402
 from qrewrite.eval import stats  # noqa: E402
@@ -64,10 +64,6 @@ def measure(project: Path, tenant_name: str, config: str, threads: int | None) -
             "test_wall_s": round(time.monotonic() - start, 1), "candidates": table}
 
 
-def fmt(m: dict) -> str:
-    return f"{m['mean']:.3f} [{m['ci_low']:.3f}, {m['ci_high']:.3f}]" if m.get("mean") is not None else "–"
-
-
 def table() -> str:
     lines = ["| tenant | candidate | validation Hit@1 (chose) | test Hit@1 (reported) | test − first |",
              "|---|---|---|---|---|"]
@@ -78,7 +74,7 @@ def table() -> str:
             diff = f"{d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]" if d else "–"
             name = f"**{c['name']}** (released)" if c["released"] else c["name"]
             lines.append(f"| {doc['tenant']} ({doc['n_val_with_gold']} val / {doc['n_test_with_gold']} test) | "
-                         f"{name} | {fmt(c['val'])} | {fmt(c['test'])} | {diff} |")
+                         f"{name} | {mean_text(c['val'], ci=True)} | {mean_text(c['test'], ci=True)} | {diff} |")
     return "\n".join(lines)
 
 

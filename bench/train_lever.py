@@ -24,7 +24,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from common import paired_text, study_args, write_result  # noqa: E402
+from common import mean_text, paired_text, study_args, write_result  # noqa: E402
 
 from qrewrite.config import load_config, tenant_config  # noqa: E402
 from qrewrite.eval import stats  # noqa: E402
@@ -113,10 +113,6 @@ def measure(tenant: str, name: str, project: Path, baseline: Path, threads: int 
             "released": {"baseline": base["release"], "lever": lever["release"]}, **out}
 
 
-def fmt(m: dict) -> str:
-    return f"{m['mean']:.3f}" if m.get("mean") is not None else "–"
-
-
 def table() -> str:
     lines = ["| tenant | lever | student | validation: baseline → lever (lever − baseline) | test: baseline → lever "
              "(lever − baseline) | SFT s per 100 rows |", "|---|---|---|---|---|---|"]
@@ -125,8 +121,8 @@ def table() -> str:
         cost = doc["sft_s_per_100_rows"]
         for n, d in doc["val"]["lever_minus_baseline"].items():
             v, t = doc["val"], doc["test"]
-            lines.append(f"| {doc['tenant']} | {doc['lever']} | {n} | {fmt(v['baseline'][n])} → {fmt(v['lever'][n])} "
-                         f"({paired_text(d)}) | {fmt(t['baseline'][n])} → {fmt(t['lever'][n])} "
+            lines.append(f"| {doc['tenant']} | {doc['lever']} | {n} | {mean_text(v['baseline'][n])} → {mean_text(v['lever'][n])} "
+                         f"({paired_text(d)}) | {mean_text(t['baseline'][n])} → {mean_text(t['lever'][n])} "
                          f"({paired_text(t['lever_minus_baseline'][n])}) | {cost['baseline']} → {cost['lever']} |")
     return "\n".join(lines)
 

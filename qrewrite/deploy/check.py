@@ -31,7 +31,8 @@ from . import load, server
 log = logging.getLogger(__name__)
 
 
-def production_commands(cfg: dict, model: str, name: str, max_batch_size: int, device: str) -> dict:
+def production_commands(cfg: dict, model: str, name: str, max_batch_size: int, device: str,
+                        dtype: str | None = None) -> dict:
     """The serve command lines for production (the key from an env var the shell expands, never its value)."""
     prod, swift = cfg["deploy"]["production"], base_model_swift(cfg)
     key = prod["api_key_env"]
@@ -39,7 +40,7 @@ def production_commands(cfg: dict, model: str, name: str, max_batch_size: int, d
                   template=swift["template"], max_batch_size=max_batch_size)
     vllm = server.server_argv("vllm", model, device="cuda", max_model_len=prod["max_model_len"],
                               gpu_memory_utilization=prod["gpu_memory_utilization"], **common)
-    sw = server.server_argv("swift", model, device=device, dtype=cfg["eval"]["generation"]["dtype"], **common)
+    sw = server.server_argv("swift", model, device=device, dtype=dtype, **common)
     return {
         "gpu_vllm": f'VLLM_API_KEY="${key}" ' + shlex.join(vllm),
         "swift": shlex.join(sw) + f' --api_key "${key}"',
@@ -221,7 +222,7 @@ def run_check(cfg: dict, tenant: dict, rows: list[dict], *, model: str, eval_jso
             "in_process_ci": inproc_h1,
             "by_concurrency": by_level,
         },
-        "production": production_commands(cfg, model, name, batch, device),
+        "production": production_commands(cfg, model, name, batch, device, decoding.get("dtype")),
         # the release's decoding includes a step the server cannot take: the caller's
         "client_step": ("paste the row's history summary after each served rewrite before retrieval "
                         "(release decoding append_history; qrewrite.eval.candidates.with_history)"

@@ -25,6 +25,7 @@ from typing import Iterator
 import httpx
 
 from ..errors import QrewriteError
+from ..eval.generate import dtype_name
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +63,8 @@ def server_argv(backend: str, model: str, *, host: str, port: int, name: str, de
                 dtype: str | None = None) -> list[str]:
     """The server's command line. `launcher` replaces the executable (`vllm` / `swift deploy`), e.g. with
     [python, "-m", "swift.cli.deploy"]. Greedy decoding and max_tokens come with each request. dtype:
-    eval.generation.dtype, so the server loads the weights as the in-process eval does (null: bfloat16 on cuda,
-    float32 on cpu)."""
-    dtype = dtype or ("bfloat16" if device == "cuda" else "float32")
+    eval.generation.dtype, resolved as the in-process eval resolves it (`dtype_name`)."""
+    dtype = dtype_name(dtype, device)
     if backend == "vllm":
         argv = [*(launcher or ["vllm", "serve"]), model, "--host", host, "--port", str(port),
                 "--served-model-name", name, "--dtype", dtype]

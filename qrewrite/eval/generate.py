@@ -78,15 +78,20 @@ def generation_kwargs(gen: dict, **overrides) -> dict:
     return {**{k: gen[k] for k in DECODING_KEYS}, **overrides}
 
 
+def dtype_name(dtype: str | None, device: str) -> str:
+    """eval.generation.dtype as loaded: null is bfloat16 on cuda, float32 on cpu. The one rule for the in-process
+    eval and the deploy check's server, so both load the weights alike."""
+    return dtype or ("bfloat16" if device == "cuda" else "float32")
+
+
 def weights_dtype(dtype: str | None, device: str):
-    """The torch dtype the model is loaded in: eval.generation.dtype, or with null bfloat16 on cuda and float32 on
-    cpu. bfloat16 on a CPU halves the bytes each decoding step reads and runs its matrix products on the CPU's
-    bf16 units (AVX512-BF16 / AMX): 1.7-4.8x faster here, no student lower on validation (8 measured)
-    (docs/training.md). A CPU without them emulates bf16, slower than float32: said in the log."""
+    """The torch dtype the model is loaded in (`dtype_name`). bfloat16 on a CPU halves the bytes each decoding step
+    reads and runs its matrix products on the CPU's bf16 units (AVX512-BF16 / AMX): 1.7-4.8x faster here, no student
+    lower on validation (8 measured) (docs/training.md). A CPU without them emulates bf16, slower than float32: said
+    in the log."""
     import torch
 
-    if dtype is None:
-        return torch.bfloat16 if device == "cuda" else torch.float32
+    dtype = dtype_name(dtype, device)
     if dtype == "bfloat16" and device == "cpu" and not cpu_has_bf16():
         log.warning("eval.generation.dtype is bfloat16 but this CPU has no bf16 instructions (avx512_bf16 / "
                     "amx_bf16): torch emulates them, slower than float32; set eval.generation.dtype: float32 here")
