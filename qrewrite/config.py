@@ -77,8 +77,19 @@ def validate_config(cfg: dict, source: str = "config") -> dict:
                             file=source, hint="name the sheet's reference-rewrite column in tenants[].columns.rewrite, "
                                               "or give those tenants another teacher (tenants[].teacher.provider)")
     _check_eval(cfg["eval"], source)
+    _check_client_levers(cfg, source)
     _check_openai(cfg, source)
     return cfg
+
+
+def _check_client_levers(cfg: dict, source: str) -> None:
+    """append_history and route_by_retrieval both choose what is sent after the generation: one or the other."""
+    levers = [(f"release.decoding[{i}]", d) for i, d in enumerate(cfg["release"]["decoding"])] + \
+             [(f"eval.candidates[{i}].generation", c.get("generation") or {}) for i, c in enumerate(cfg["eval"]["candidates"])]
+    for key, d in levers:
+        if d.get("append_history") and d.get("route_by_retrieval"):
+            raise QrewriteError(f"config key {key}: append_history and route_by_retrieval are both set", file=source,
+                                hint="route_by_retrieval already weighs the rewrite + the history per row: keep one")
 
 
 def tenant_teacher(cfg: dict, tenant: dict) -> dict:

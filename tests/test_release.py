@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, Project
-from qrewrite.eval.candidates import generation_key, reused_row
+from qrewrite.eval.candidates import generation_key, reused_rows
 from qrewrite.paths import deploy_json, eval_paths, tenant_paths
 from qrewrite.release.score import release_candidates, rewrites
 from qrewrite.release.select import choose
@@ -30,6 +30,7 @@ EVAL_PATHS = eval_paths(TENANT)
 SFT_RL = f"models/{TENANT}/release-sft-rl"   # SFT against RL alone: a tie
 RULE = f"models/{TENANT}/release-rule"      # query + history against SFT, margin 1.0: the rule
 APPENDED = f"models/{TENANT}/release-appended"  # SFT with the history pasted after its rewrite, alone
+ROUTED = f"models/{TENANT}/release-routed"  # SFT routed by retrieval, alone
 
 
 def fig(name: str, mean: float | None, n: int = 30) -> dict:
@@ -118,12 +119,13 @@ def test_a_reused_eval_row_gets_the_released_decodings_history_or_loses_it():
     spec = {"name": "release", "kind": "release"}
     plain = {"query_id": "q1", "candidate": "sft", "kind": "model", "status": "ok", "rewrite": "小林家的龙女仆是谁"}
     row = {**ROWS[0], "set": "test"}
-    got = reused_row(plain, row, spec, "sft.jsonl", append=True)
+    [got] = reused_rows([plain], [row], spec, "sft.jsonl", {"append_history": True}, {}, {})
     assert got["rewrite"] == "小林家的龙女仆是谁 小林家的龙女仆 / 是动漫" and got["model_rewrite"] == plain["rewrite"]
     assert got["candidate"] == "release" and got["reused_from"] == "sft.jsonl"
-    # a source that pasted the history, taken by a release that did not: the model's own text
-    back = reused_row({**got, "candidate": "sft"}, row, spec, "sft.jsonl", append=False)
-    assert back["rewrite"] == "小林家的龙女仆是谁" and "model_rewrite" not in back
+    # a source that pasted the history (or routed), taken by a release that did not: the model's own text
+    routed = {**got, "candidate": "sft", "routed_to": "own+history", "route_top1": {"own": 0.1}}
+    [back] = reused_rows([routed], [row], spec, "sft.jsonl", {}, {}, {})
+    assert back["rewrite"] == "小林家的龙女仆是谁" and not {"model_rewrite", "routed_to", "route_top1"} & set(back)
 
 
 # ------------------------------------------------------------------------------------------ it never sees test
@@ -206,6 +208,7 @@ def released(tmp_path_factory, smollm2_base):
     release(RULE, root / "opened_rule.json", candidates=["query_history", "sft"], margin=1.0,
             decoding=[{}, {"copy_bias": 1.0}])
     appended = release(APPENDED, root / "opened_appended.json", candidates=["sft"], decoding=[{"append_history": True}])
+    release(ROUTED, root / "opened_routed.json", candidates=["sft"], decoding=[{"route_by_retrieval": True}])
     return project, root, shipped, sft_vs_rl, appended
 
 
@@ -215,7 +218,7 @@ def test_the_release_never_opens_the_test_split(released):
     test_split = os.path.realpath(project.root / PATHS["test"])
     val_split = os.path.realpath(project.root / PATHS["val"])
     assert Path(test_split).is_file()  # it is there to be read: the stage does not
-    for name in ("opened_shipped.json", "opened_sft_rl.json", "opened_rule.json"):
+    for name in ("opened_shipped.json", "opened_sft_rl.json", "opened_rule.json", "opened_routed.json"):
         audit = json.loads((root / name).read_text())
         assert len(audit["decided"]) == 1, name  # the event came, once: the phase before it is the choice
         opened = set(audit["opened"])
@@ -314,6 +317,36 @@ def test_a_release_with_append_history_takes_the_sft_rows_and_pastes_the_history
     for r in rows:
         assert r["model_rewrite"] == own[r["query_id"]]
         assert r["rewrite"] == f"{own[r['query_id']]} {queries[r['query_id']]['history'] or ''}".strip()
+
+
+@pytest.mark.slow
+def test_a_release_routed_by_retrieval_takes_the_sft_rows_and_routes_each(released, monkeypatch):
+    """The eval's release candidate where the release chose route_by_retrieval: the SFT candidate's own rewrites,
+    each row sent as the text whose top hit the tenant's RAG scores highest (qrewrite.eval.route, recomputed here)."""
+    from qrewrite.config import load_config, tenant_config
+    from qrewrite.eval.route import PARTS, client_rows, part_texts
+
+    project, *_ = released
+    routed = json.loads((project.root / ROUTED / "release.json").read_text(encoding="utf-8"))
+    assert routed["released"]["name"] == "sft+route_by_retrieval=true"
+    sft = EVAL_PATHS["rewrites"].format(candidate="sft")
+    if not (project.root / sft).is_file():
+        project.qrewrite("eval-generate", *base_args(), "--candidate", "sft", "--model", PATHS["sft_merged"],
+                         "--threads", "1", "--out", sft)
+    out = EVAL_PATHS["rewrites"].format(candidate="release")
+    project.qrewrite("eval-generate", *base_args(), "--candidate", "release", "--model", ROUTED, "--threads", "1",
+                     "--out", out)
+    rows, own = project.read_jsonl(out), {r["query_id"]: r["rewrite"] for r in project.read_jsonl(sft)}
+    queries = {r["id"]: r for r in project.read_jsonl(PATHS["queries"])}
+    assert rows and {r["reused_from"] for r in rows} == {sft}
+    for r in rows:
+        assert r["model_rewrite"] == own[r["query_id"]] and r["routed_to"] in PARTS
+        assert r["rewrite"] == part_texts(own[r["query_id"]], {**queries[r["query_id"]], **r})[r["routed_to"]]
+    monkeypatch.chdir(project.root)  # the config's relative KB path
+    cfg = load_config("config.yaml")
+    again = client_rows({"route_by_retrieval": True}, cfg, tenant_config(cfg, TENANT),
+                        [{**queries[r["query_id"]], **r} for r in rows], [r["model_rewrite"] for r in rows])
+    assert [a["rewrite"] for a in again] == [r["rewrite"] for r in rows]
 
 
 @pytest.mark.slow

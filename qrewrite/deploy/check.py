@@ -21,7 +21,8 @@ from datetime import datetime, timezone
 from ..config import base_model_swift
 from ..errors import QrewriteError
 from ..eval import stats
-from ..eval.candidates import RULE_REWRITES, deploy_candidate, with_history
+from ..eval.candidates import RULE_REWRITES, deploy_candidate
+from ..eval.route import client_rows
 from ..eval.hits import hit_at_1
 from ..io_utils import read_json, read_jsonl
 from ..metrics import TIE_RULE
@@ -97,6 +98,16 @@ def _same(a: float | None, b: float | None) -> bool:
     return (a is None and b is None) or (a is not None and b is not None and abs(a - b) <= 1e-6)
 
 
+def client_step(decoding: dict) -> tuple[str, str]:
+    """(the lever, what a caller does with each served rewrite before retrieval under it)."""
+    if decoding.get("route_by_retrieval"):
+        return ("route_by_retrieval", "the caller retrieves with the served rewrite, the rewrite + the row's history "
+                "summary and query + history, and keeps the one whose top hit scores highest (release decoding "
+                "route_by_retrieval; qrewrite.eval.route)")
+    return ("append_history", "the caller pastes the row's history summary after each served rewrite before "
+            "retrieval (release decoding append_history; qrewrite.eval.route.with_history)")
+
+
 def _text(r: dict) -> str:
     return (r.get("rewrite") or "").strip() if r.get("status") == "ok" else ""
 
@@ -122,9 +133,9 @@ def run_check(cfg: dict, tenant: dict, rows: list[dict], *, model: str, eval_jso
                     "biased decoding towards each row's own "
                     "tokens, which the server does not (an OpenAI API caller can send it as logit_bias with vLLM; "
                     "swift deploy ignores it): served and in-process rewrites may differ")
-    if decoding.get("append_history"):
-        log.warning("append_history is set (the decoding the release chose): the server returns the model's rewrite; "
-                    "the caller pastes the row's history summary after it before retrieval, as this check does")
+    if decoding.get("append_history") or decoding.get("route_by_retrieval"):
+        log.warning("%s is set (the decoding the release chose): the server returns the model's rewrite; %s, as "
+                    "this check does", *client_step(decoding))
     if decoding.get("trim_loops"):
         log.warning("trim_loops is set: the in-process eval cut looping rewrites where the loop "
                     "began; a served rewrite is measured as the server returns it (a caller can cut it the same "
@@ -169,11 +180,13 @@ def run_check(cfg: dict, tenant: dict, rows: list[dict], *, model: str, eval_jso
 
     texts = {"in_process": {qid: _text(r) for qid, r in inproc.items()}}
     texts.update({f"served_c{c}": {r["query_id"]: _text(r) for r in res} for c, (res, _) in passes.items()})
-    if decoding.get("append_history"):  # the caller's step, as the in-process eval took it: the served text + history
-        by_id = {r["query_id"]: r for r in rows}
+    if decoding.get("append_history") or decoding.get("route_by_retrieval"):
+        # the caller's step, as the in-process eval took it: what is sent to the RAG for each served text
         for c in passes:
-            texts[f"served_c{c}"] = {q: with_history(t, by_id[q]) if t else t
-                                     for q, t in texts[f"served_c{c}"].items()}
+            served = texts[f"served_c{c}"]
+            sent = client_rows(decoding, cfg, tenant, rows, [served[r["query_id"]] for r in rows])
+            texts[f"served_c{c}"] = {r["query_id"]: f["rewrite"] if served[r["query_id"]] else ""
+                                     for r, f in zip(rows, sent)}
     scored = hit_at_1(cfg, tenant, rows, texts)
     boot = ecfg["bootstrap"]
     bkw = dict(samples=boot["samples"], seed=boot["seed"], confidence=boot["confidence"])
@@ -224,8 +237,7 @@ def run_check(cfg: dict, tenant: dict, rows: list[dict], *, model: str, eval_jso
         },
         "production": production_commands(cfg, model, name, batch, device, decoding.get("dtype")),
         # the release's decoding includes a step the server cannot take: the caller's
-        "client_step": ("paste the row's history summary after each served rewrite before retrieval "
-                        "(release decoding append_history; qrewrite.eval.candidates.with_history)"
-                        if decoding.get("append_history") else None),
+        "client_step": (client_step(decoding)[1]
+                        if decoding.get("append_history") or decoding.get("route_by_retrieval") else None),
     }
 

@@ -23,6 +23,7 @@ import asyncio
 from ..errors import QrewriteError
 from ..io_utils import read_jsonl
 from ..paths import artifact_paths
+from .route import client_rows, with_history
 
 # Kinds that eval_generate rewrites (in the swift env): a local model, and the release, which is a model or a
 # rule (models/T/release/release.json says which).
@@ -94,12 +95,6 @@ def _base(spec: dict, row: dict) -> dict:
 def raw_rewrites(spec: dict, rows: list[dict]) -> list[dict]:
     return [{**_base(spec, r), "status": "ok", "reason": None, "rewrite": r["query"], "model": None,
              "latency_s": 0.0, "compute_s": 0.0, "cost_usd": 0.0, "usage": None} for r in rows]
-
-
-def with_history(text: str, row: dict) -> str:
-    """`text` with the row's history summary pasted after it: query_history's rule, and a model's rewrite under
-    the decoding lever append_history (release.decoding, an eval candidate's generation)."""
-    return f"{text} {row.get('history') or ''}".strip()
 
 
 def query_history_rewrites(spec: dict, rows: list[dict]) -> list[dict]:
@@ -191,10 +186,10 @@ def model_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], model_
     results, info = generate_rewrites(model_dir, tenant, rows, **generation_kwargs(
         gen, threads=threads or gen["threads"], device=device, latency_sample=gen["latency_sample"]))
     price = spec.get("gpu_hour_usd", cfg["eval"]["gpu_hour_usd"])
+    sent = client_rows(gen, cfg, tenant, rows, [g["rewrite"] for g in results])
     out = []
-    for r, g in zip(rows, results):
-        out.append({**_base(spec, r), "status": "ok", "reason": None,
-                    **rewrite_fields(g["rewrite"], r, bool(gen.get("append_history"))),
+    for r, g, fields in zip(rows, results, sent):
+        out.append({**_base(spec, r), "status": "ok", "reason": None, **fields,
                     "raw_completion": g["raw_completion"], "finished": g["finished"], "loop_trimmed": g["loop_trimmed"],
                     "degenerate": g["degenerate"],
                     "model": model_dir,
@@ -204,14 +199,9 @@ def model_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], model_
     return out, {**info, "gpu_hour_usd": price}
 
 
-def rewrite_fields(own: str, row: dict, append: bool) -> dict:
-    """A model row's rewrite: its own text, or under append_history that text with the history pasted after it
-    and the own text kept in model_rewrite."""
-    return {"rewrite": with_history(own, row), "model_rewrite": own} if append else {"rewrite": own}
-
-
 # the decoding settings that make two greedy generations of the same model on the same rows the same
-# (append_history only pastes text after what was generated: release_rewrites applies it to reused rows)
+# (append_history and route_by_retrieval only choose what is sent after the generation: release_rewrites applies
+# them to reused rows)
 DECODING_KEYS = ("max_new_tokens", "batch_size", "repetition_penalty", "no_repeat_ngram_size", "copy_bias",
                  "trim_loops", "dtype")
 
@@ -256,12 +246,16 @@ def same_generation(cfg: dict, tenant: dict, released: dict, folder: str,
     return None
 
 
-def reused_row(r: dict, row: dict, spec: dict, source: str, append: bool) -> dict:
-    """Another candidate's eval row of the same generation, as the release's: the model's own text, with the
-    history pasted after it where the release chose append_history (whatever the source did)."""
-    own = r.get("model_rewrite", r["rewrite"])
-    r = {k: v for k, v in r.items() if k != "model_rewrite"}
-    return {**r, **_base(spec, row), **rewrite_fields(own, row, append), "reused_from": source}
+def reused_rows(taken: list[dict], rows: list[dict], spec: dict, source: str, decoding: dict, cfg: dict,
+                tenant: dict) -> list[dict]:
+    """Another candidate's eval rows of the same generation, as the release's: the model's own text, sent as the
+    release's decoding sends it (append_history, route_by_retrieval: qrewrite.eval.route), whatever the source
+    did."""
+    own = [r.get("model_rewrite", r["rewrite"]) for r in taken]
+    sent = client_rows(decoding, cfg, tenant, rows, own)
+    drop = ("model_rewrite", "routed_to", "route_top1")
+    return [{**{k: v for k, v in r.items() if k not in drop}, **_base(spec, row), **fields, "reused_from": source}
+            for r, row, fields in zip(taken, rows, sent)]
 
 
 def release_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], folder: str,
@@ -278,8 +272,7 @@ def release_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], fold
         out = RULE_REWRITES[released["rule"]](spec, rows)
     elif (same := same_generation(cfg, tenant, released, folder, rows)) is not None:
         source, taken = same
-        append = bool(released["decoding"].get("append_history"))
-        out = [reused_row(r, row, spec, source, append) for r, row in zip(taken, rows)]
+        out = reused_rows(taken, rows, spec, source, released["decoding"], cfg, tenant)
     else:
         out, info = model_rewrites({**spec, "generation": released["decoding"]}, cfg, tenant, rows, folder, threads)
         out = [{**r, "generation": info} for r in out]

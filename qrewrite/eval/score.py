@@ -232,6 +232,9 @@ def _degenerate(name: str, rws: list[dict], rows: list[dict], per: list[dict], f
     reasons = [reason(row) for row in rows]
     out = {"degenerate": summarize(reasons, [s["query_id"] for s in per], [s["rewrite"] for s in per]),
            "loops_trimmed": sum(bool(by_id.get(r["query_id"], {}).get("loop_trimmed")) for r in rows)}
+    routed = [by_id.get(r["query_id"], {}).get("routed_to") for r in rows]  # route_by_retrieval: what each row sent
+    if any(routed):
+        out["routed_to"] = {p: routed.count(p) for p in dict.fromkeys(p for p in routed if p)}
     if out["degenerate"]["n"] and fallback is not None:
         mixed = [fb if why else s for s, fb, why in zip(per, fallback, reasons)]
         out["with_fallback"] = {"fallback": "query_history", "replaced": out["degenerate"]["n"],

@@ -12,7 +12,8 @@ import logging
 
 from ..eval import reuse, stats
 from ..eval.candidates import RULE_REWRITES as RULES
-from ..eval.candidates import STUDENTS, generation_key, model_rewrites, with_history
+from ..eval.candidates import STUDENTS, generation_key, model_rewrites
+from ..eval.route import client_rows
 from ..eval.hits import hit_at_1
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ def rewrites(cand: dict, cfg: dict, tenant: dict, rows: list[dict], model_dir: s
              reused: set | None = None) -> dict[str, str]:
     """query id → the candidate's rewrite of each row: a rule's, or the eval's model generation (no latency
     timing: nothing here reports latency). `generated` remembers each model's own texts by its decoding, so a
-    lever that only pastes text after them (append_history) generates nothing again; `reuse_from` is the rl
+    lever that only chooses what is sent after them (append_history, route_by_retrieval) generates nothing again; `reuse_from` is the rl
     stage's record of the same generation (qrewrite.eval.reuse), taken when it is exactly this one (its memo
     key then added to `reused`)."""
     spec = {"name": cand["name"], "kind": cand["kind"]}
@@ -60,13 +61,12 @@ def rewrites(cand: dict, cfg: dict, tenant: dict, rows: list[dict], model_dir: s
                 reused.add(key)
     if key not in generated:
         out, _ = model_rewrites({**spec, "generation": {**cand["decoding"], "latency_sample": 0,
-                                                        "append_history": False}}, cfg, tenant, rows, model_dir,
-                                threads)
+                                                        "append_history": False, "route_by_retrieval": False}},
+                                cfg, tenant, rows, model_dir, threads)
         generated[key] = {r["query_id"]: r["rewrite"] for r in out}
     own = generated[key]
-    if cand["decoding"].get("append_history"):
-        return {r["query_id"]: with_history(own[r["query_id"]], r) for r in rows}
-    return dict(own)
+    sent = client_rows(cand["decoding"], cfg, tenant, rows, [own[r["query_id"]] for r in rows])
+    return {r["query_id"]: f["rewrite"] for r, f in zip(rows, sent)}
 
 
 def score(cfg: dict, tenant: dict, rows: list[dict], cands: list[dict], models: dict[str, str],

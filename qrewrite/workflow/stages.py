@@ -175,8 +175,9 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           args=(i("test", "eval_split"), i("queries"), i("model", "candidate_model"), o("out", "rewrites")),
           # the release's job waits for the students' rows it may take (`reusable_rewrites`): run beside them, it
           # generated the same rows again (fivedoctors, 250 s of make run's tail on 2026-12-02)
-          reads=("gold_set", "red_team", "reusable_rewrites"),
-          params=("candidate", "eval.generation", "eval.max_rows", "eval.gpu_hour_usd", "tenant"),
+          # the KB and rag: a route_by_retrieval decoding (qrewrite.eval.route) retrieves to choose what is sent
+          reads=("gold_set", "red_team", "reusable_rewrites", "kb"),
+          params=("candidate", "eval.generation", "eval.max_rows", "eval.gpu_hour_usd", "rag", "tenant"),
           env="swift", threads=True, mem_mb=16000, runtime=120, half="eval"),
     # the teacher candidate rewrites gold and red-team rows the data half never saw: it needs the KB
     Stage("eval_rewrites", "The raw query, the recorded teacher rewrites, or an API candidate's rewrites "
