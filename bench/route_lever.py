@@ -28,7 +28,8 @@ from common import RESULTS, mean_text, paired_text, study_args, write_result  # 
 
 from qrewrite.config import load_config, tenant_config  # noqa: E402
 from qrewrite.eval import stats  # noqa: E402
-from qrewrite.eval.candidates import eval_rows, with_history  # noqa: E402
+from qrewrite.eval.candidates import eval_rows  # noqa: E402
+from qrewrite.eval.route import with_history  # noqa: E402
 from qrewrite.io_utils import read_jsonl  # noqa: E402
 from qrewrite.metrics import gold_ranking  # noqa: E402
 from qrewrite.paths import artifact_paths, eval_paths  # noqa: E402

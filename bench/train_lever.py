@@ -28,7 +28,8 @@ from common import mean_text, paired_text, study_args, write_result  # noqa: E40
 
 from qrewrite.config import load_config, tenant_config  # noqa: E402
 from qrewrite.eval import stats  # noqa: E402
-from qrewrite.eval.candidates import eval_rows, with_history  # noqa: E402
+from qrewrite.eval.candidates import eval_rows  # noqa: E402
+from qrewrite.eval.route import client_rows  # noqa: E402
 from qrewrite.eval.hits import hit_at_1  # noqa: E402
 from qrewrite.io_utils import read_json, read_jsonl  # noqa: E402
 from qrewrite.paths import artifact_paths, eval_paths  # noqa: E402
@@ -73,10 +74,10 @@ def run_rows(project: Path, tenant_name: str, threads: int | None) -> dict:
             texts[c["name"]] = own
             continue
         extra = {k: v for k, v in c["decoding"].items() if k not in cfg["eval"]["generation"]}
-        if set(extra) - {"append_history"}:
+        if set(extra) - {"append_history", "route_by_retrieval"}:
             raise SystemExit(f"{c['name']}: a lever that generates differently has no test rows in the eval stage")
-        texts[c["name"]] = ({r["query_id"]: with_history(own[r["query_id"]], r) for r in test}
-                            if extra.get("append_history") else own)
+        sent = client_rows(extra, cfg, tenant, test, [own[r["query_id"]] for r in test])
+        texts[c["name"]] = {r["query_id"]: f["rewrite"] for r, f in zip(test, sent)}
     missing = {n: sum(r["query_id"] not in t for r in test) for n, t in texts.items()}
     if any(missing.values()):
         raise SystemExit(f"{project}: eval rewrites miss test rows {missing}: run the eval stage first")

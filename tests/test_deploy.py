@@ -64,7 +64,9 @@ def deployed(tmp_path_factory, smollm2_base):
     # 3 rows, 8 new tokens, no judge: the check's cost is the server, not the eval; batch 1: the eval generates
     # each rewrite alone, as the server does at concurrency 1 (a padded batch can change greedy text); bfloat16 as
     # config.yaml decodes: the server loads the same dtype
-    cfg["eval"] = {"candidates": [{"name": "rl", "kind": "model", "path": str(model)}], "baseline": "rl",
+    # routed by retrieval (qrewrite.eval.route): the check must take the caller's step the eval took
+    cfg["eval"] = {"candidates": [{"name": "rl", "kind": "model", "path": str(model),
+                                   "generation": {"route_by_retrieval": True}}], "baseline": "rl",
                    "compare": [], "headline": ["rl"], "max_rows": 3,
                    "generation": {"max_new_tokens": 8, "batch_size": 1, "dtype": "bfloat16"},
                    "judge_sample_share": 0.0}
@@ -125,6 +127,10 @@ def test_hit_at_1_through_the_server_equals_the_in_process_eval(deployed):
     assert doc["in_process"]["generation"]["batch_size"] == 1
     assert doc["in_process"]["latency_s_eval_json"] == ev["candidates"]["rl"]["latency_s"]
     assert set(h["by_concurrency"]) == {"1", "8"}
+    # the served rewrites went through the caller's step: each routed to one of its three texts, as in-process
+    assert "top hit scores highest" in doc["client_step"]
+    rows = project.read_jsonl(EVAL_PATHS["rewrites"].format(candidate="rl"))
+    assert rows and all(r["routed_to"] in ("own", "own+history", "query_history") and "model_rewrite" in r for r in rows)
 
 
 @pytest.mark.slow

@@ -231,7 +231,8 @@ def test_the_release_never_opens_the_test_split(released):
 def test_the_release_records_every_candidate_on_validation_and_the_rule(released):
     project, _, shipped, *_ = released
     names = [c["name"] for c in shipped["candidates"]]
-    assert names == ["query_history", "sft", "sft+append_history=true", "rl", "rl+append_history=true"]
+    assert names == ["query_history", "sft", "sft+append_history=true", "sft+route_by_retrieval=true", "rl",
+                     "rl+append_history=true", "rl+route_by_retrieval=true"]
     n_val = len(project.read_jsonl(PATHS["val"]))
     assert shipped["split"] == "val" and shipped["n_val_rows"] == n_val and 0 < shipped["n_with_gold"] <= n_val
     for c in shipped["candidates"]:
