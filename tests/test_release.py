@@ -128,6 +128,26 @@ def test_a_reused_eval_row_gets_the_released_decodings_history_or_loses_it():
     assert back["rewrite"] == "小林家的龙女仆是谁" and not {"model_rewrite", "routed_to", "route_top1"} & set(back)
 
 
+def test_the_release_links_the_models_files_but_not_the_workflows_marker(tmp_path):
+    """Snakemake touches a directory output's .snakemake_timestamp when its job ends: linked into the release, the
+    SFT model's marker would be touched with the release's, and the next run would retrain RL from a model that
+    looks newer (make durdev twice did, 2026-12-04)."""
+    from qrewrite.release.folder import write_release
+
+    model = tmp_path / "sft-merged"
+    model.mkdir()
+    for name in ("model.safetensors", "config.json", ".snakemake_timestamp", "lineage.json"):
+        (model / name).write_text(name)
+    before = os.stat(model / ".snakemake_timestamp").st_mtime_ns
+    out = tmp_path / "release"
+    write_release(str(out), {"released": {"name": "sft", "kind": "model"}}, str(model))
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "release.json"]
+    assert os.path.samefile(out / "model.safetensors", model / "model.safetensors")
+    (out / ".snakemake_timestamp").touch()  # as Snakemake does after the release's job
+    os.utime(out / ".snakemake_timestamp", ns=(before + 10**9, before + 10**9))
+    assert os.stat(model / ".snakemake_timestamp").st_mtime_ns == before
+
+
 # ------------------------------------------------------------------------------------------ it never sees test
 
 def test_the_release_stage_is_given_no_test_rows_and_no_eval_output():

@@ -21,13 +21,19 @@ RULE_TEXT = {"raw": "the user's query as it is", "query_history": "the user's qu
                                                                   "pasted after it"}
 
 
+# Snakemake's marker of when a directory output was finished: a hard link to the model's would be touched when the
+# release's own is, making the model look newer than RL and the release, and the next run retrain RL (seen
+# 2026-12-04: `make durdev` twice reran rl)
+WORKFLOW_MARKERS = (".snakemake_timestamp",)
+
+
 def _link_model(src: Path, dst: Path) -> str:
-    """Link (else copy) every file of model folder `src` into `dst`, its lineage.json left out (the release's
-    own lineage chains to it). Returns how."""
+    """Link (else copy) every file of model folder `src` into `dst`, its lineage.json (the release's own lineage
+    chains to it) and the workflow's markers left out. Returns how."""
     how = "hard links"
     for f in sorted(src.rglob("*")):
         rel = f.relative_to(src)
-        if f.is_dir() or rel.as_posix() == LINEAGE_FILE:
+        if f.is_dir() or rel.as_posix() == LINEAGE_FILE or f.name in WORKFLOW_MARKERS:
             continue
         (dst / rel).parent.mkdir(parents=True, exist_ok=True)
         try:
