@@ -29,7 +29,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
+import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -85,6 +87,20 @@ def turns(dialogues: list[dict], name: str) -> tuple[list[dict], Counter]:
     return out, skipped
 
 
+def publish(stage: Path, out: Path) -> list[str]:
+    """Move each file of `stage` over its namesake in `out`, except where the bytes are the same: a file left as it
+    was keeps its mtime, so `make cqr` run again does not make Snakemake redo the pipeline from the reward check on
+    (it did: a rewritten judge_labels.jsonl retrained SFT, 2026-12-04). Returns the names left unchanged."""
+    kept = []
+    for f in sorted(stage.iterdir()):
+        dst = out / f.name
+        if dst.is_file() and dst.read_bytes() == f.read_bytes():
+            kept.append(f.name)
+        else:
+            os.replace(f, dst)
+    return kept
+
+
 def build(sources: list[Path], out: Path, name: str = "cqr") -> dict:
     rows, skipped = [], Counter()
     for source in sources:  # ids name the file: cqr-dev-…, cqr-test-…
@@ -112,22 +128,29 @@ def build(sources: list[Path], out: Path, name: str = "cqr") -> dict:
             labels.append({**ctx, "rewrite": other["doc_text"], "label": "bad", "failure": "other_turn",
                            "note": f"crowd rewrite of {other['id']}"})
     out.mkdir(parents=True, exist_ok=True)
-    source_rows = out / "queries.jsonl"
-    write_jsonl(source_rows, [{"query": r["query"], "profile": "", "history": r["history"],
-                               "gold_doc_ids": r["gold_doc_ids"], "difficulty": r["flag"], "rewrite": r["gold"]}
-                              for r in rows])
-    build_excel(source_rows, out / f"{name}.xlsx", COLUMNS)
-    write_jsonl(out / "kb.jsonl", docs)
-    write_jsonl(out / "judge_labels.jsonl", labels)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
+        stage = Path(tmp)
+        source_rows = stage / "queries.jsonl"
+        write_jsonl(source_rows, [{"query": r["query"], "profile": "", "history": r["history"],
+                                   "gold_doc_ids": r["gold_doc_ids"], "difficulty": r["flag"], "rewrite": r["gold"]}
+                                  for r in rows])
+        build_excel(source_rows, stage / f"{name}.xlsx", COLUMNS)  # pinned timestamps: the same rows, the same bytes
+        write_jsonl(stage / "kb.jsonl", docs)
+        write_jsonl(stage / "judge_labels.jsonl", labels)
+        kept = publish(stage, out)
     tenant = {"name": name, "language": "en", "system_prompt": SYSTEM_PROMPT,
               "raw_excel": str(out / f"{name}.xlsx"), "sheet": None, "columns": COLUMNS,
               "kb": {"path": str(out / "kb.jsonl"), "name": f"{name}_kb",
                      "fields": {"doc_id": "id", "title": None, "content": "text"}},
               "judge_labels": str(out / "judge_labels.jsonl")}
     config = {"tenants": [tenant], "teacher": {"provider": "column"}}
-    write_text_atomic(out / "config.yaml", "# written by scripts/make_cqr_tenant.py\n"
-                      + yaml.safe_dump(config, allow_unicode=True, sort_keys=False))
+    text = "# written by scripts/make_cqr_tenant.py\n" + yaml.safe_dump(config, allow_unicode=True, sort_keys=False)
+    if (out / "config.yaml").is_file() and (out / "config.yaml").read_text(encoding="utf-8") == text:
+        kept.append("config.yaml")
+    else:
+        write_text_atomic(out / "config.yaml", text)
     return {"sources": [str(s) for s in sources], "turns": len(rows), "docs": len(docs), "skipped": dict(skipped),
+            "unchanged": kept,
             "labels": dict(Counter(f"{x['label']}:{x['failure'] or ''}".rstrip(":") for x in labels))}
 
 

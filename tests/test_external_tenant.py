@@ -88,3 +88,24 @@ def test_durdev_sits_beside_the_demo_tenants_with_its_own_teacher(tmp_path):
     for stage in ("build-excel", "ingest", "teacher"):  # the demo tenant beside it keeps the global teacher
         project.stage(stage, tenant="fivedoctors")
     assert {t["provider"] for t in project.read_jsonl("results/fivedoctors/teacher.jsonl")} == {"resolve"}
+
+
+def test_building_the_tenant_again_leaves_unchanged_files_untouched(tmp_path):
+    """`make cqr` builds the tenant's files each time: rewritten with a new mtime, the same bytes made Snakemake
+    redo the reward check and everything after it, SFT included (2026-12-04)."""
+    out = tmp_path / "data" / "cqr"
+
+    def build() -> dict:
+        return json.loads(subprocess.run([sys.executable, str(REPO / "scripts" / "make_cqr_tenant.py"), "--source",
+                                          str(SLICE), "--out", str(out)], capture_output=True, text=True, check=True,
+                                         cwd=tmp_path).stdout)
+
+    first = build()
+    assert first["unchanged"] == []
+    stamps = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    assert set(stamps) == {"queries.jsonl", "cqr.xlsx", "kb.jsonl", "judge_labels.jsonl", "config.yaml"}
+    again = build()
+    assert sorted(again["unchanged"]) == sorted(stamps)
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == stamps  # no temp folder left either
+    (out / "kb.jsonl").write_text("{}\n")  # a changed file is replaced
+    assert "kb.jsonl" not in build()["unchanged"] and (out / "kb.jsonl").read_text() != "{}\n"
