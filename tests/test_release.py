@@ -317,6 +317,20 @@ def test_the_eval_generates_with_the_released_model_and_its_decoding(released):
     project.set_config(c)
 
 
+def release_eval_rows(project: Project, folder: str) -> tuple[str, list[dict], dict, dict]:
+    """The eval's release candidate generated with the release in `folder`, after the SFT candidate whose rows it
+    may take: (the SFT rows' path, the release's rows, SFT's own rewrite by query id, queries by id)."""
+    sft = EVAL_PATHS["rewrites"].format(candidate="sft")
+    if not (project.root / sft).is_file():
+        project.qrewrite("eval-generate", *base_args(), "--candidate", "sft", "--model", PATHS["sft_merged"],
+                         "--threads", "1", "--out", sft)
+    out = EVAL_PATHS["rewrites"].format(candidate="release")
+    project.qrewrite("eval-generate", *base_args(), "--candidate", "release", "--model", folder, "--threads", "1",
+                     "--out", out)
+    own = {r["query_id"]: r["rewrite"] for r in project.read_jsonl(sft)}
+    return sft, project.read_jsonl(out), own, {r["id"]: r for r in project.read_jsonl(PATHS["queries"])}
+
+
 @pytest.mark.slow
 def test_a_release_with_append_history_takes_the_sft_rows_and_pastes_the_history(released):
     """The eval's release candidate where the release chose append_history: the SFT candidate's own rewrites of
@@ -324,15 +338,7 @@ def test_a_release_with_append_history_takes_the_sft_rows_and_pastes_the_history
     project, _, _, _, appended = released
     assert appended["released"]["name"] == "sft+append_history=true"
     assert appended["released"]["decoding"]["append_history"] is True
-    sft = EVAL_PATHS["rewrites"].format(candidate="sft")
-    if not (project.root / sft).is_file():
-        project.qrewrite("eval-generate", *base_args(), "--candidate", "sft", "--model", PATHS["sft_merged"],
-                         "--threads", "1", "--out", sft)
-    out = EVAL_PATHS["rewrites"].format(candidate="release")
-    project.qrewrite("eval-generate", *base_args(), "--candidate", "release", "--model", APPENDED, "--threads", "1",
-                     "--out", out)
-    rows, own = project.read_jsonl(out), {r["query_id"]: r["rewrite"] for r in project.read_jsonl(sft)}
-    queries = {r["id"]: r for r in project.read_jsonl(PATHS["queries"])}
+    sft, rows, own, queries = release_eval_rows(project, APPENDED)
     assert rows and {r["reused_from"] for r in rows} == {sft} and {r["released"] for r in rows} == {appended[
         "released"]["name"]}
     for r in rows:
@@ -350,15 +356,7 @@ def test_a_release_routed_by_retrieval_takes_the_sft_rows_and_routes_each(releas
     project, *_ = released
     routed = json.loads((project.root / ROUTED / "release.json").read_text(encoding="utf-8"))
     assert routed["released"]["name"] == "sft+route_by_retrieval=true"
-    sft = EVAL_PATHS["rewrites"].format(candidate="sft")
-    if not (project.root / sft).is_file():
-        project.qrewrite("eval-generate", *base_args(), "--candidate", "sft", "--model", PATHS["sft_merged"],
-                         "--threads", "1", "--out", sft)
-    out = EVAL_PATHS["rewrites"].format(candidate="release")
-    project.qrewrite("eval-generate", *base_args(), "--candidate", "release", "--model", ROUTED, "--threads", "1",
-                     "--out", out)
-    rows, own = project.read_jsonl(out), {r["query_id"]: r["rewrite"] for r in project.read_jsonl(sft)}
-    queries = {r["id"]: r for r in project.read_jsonl(PATHS["queries"])}
+    sft, rows, own, queries = release_eval_rows(project, ROUTED)
     assert rows and {r["reused_from"] for r in rows} == {sft}
     for r in rows:
         assert r["model_rewrite"] == own[r["query_id"]] and r["routed_to"] in PARTS

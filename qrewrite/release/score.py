@@ -13,8 +13,8 @@ import logging
 from ..eval import reuse, stats
 from ..eval.candidates import RULE_REWRITES as RULES
 from ..eval.candidates import STUDENTS, generation_key, model_rewrites
-from ..eval.route import client_rows
 from ..eval.hits import hit_at_1
+from ..eval.route import client_rows
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +42,9 @@ def rewrites(cand: dict, cfg: dict, tenant: dict, rows: list[dict], model_dir: s
              reused: set | None = None) -> dict[str, str]:
     """query id → the candidate's rewrite of each row: a rule's, or the eval's model generation (no latency
     timing: nothing here reports latency). `generated` remembers each model's own texts by its decoding, so a
-    lever that only chooses what is sent after them (append_history, route_by_retrieval) generates nothing again; `reuse_from` is the rl
-    stage's record of the same generation (qrewrite.eval.reuse), taken when it is exactly this one (its memo
-    key then added to `reused`)."""
+    lever that only chooses what is sent after them (append_history, route_by_retrieval: qrewrite.eval.route)
+    generates nothing again; `reuse_from` is the rl stage's record of the same generation (qrewrite.eval.reuse),
+    taken when it is exactly this one (its memo key then added to `reused`)."""
     spec = {"name": cand["name"], "kind": cand["kind"]}
     if cand["kind"] in RULES:
         return {r["query_id"]: r["rewrite"] for r in RULES[cand["kind"]](spec, rows)}
