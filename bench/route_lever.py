@@ -29,7 +29,7 @@ from common import RESULTS, mean_text, paired_text, study_args, write_result  # 
 from qrewrite.config import load_config, tenant_config  # noqa: E402
 from qrewrite.eval import stats  # noqa: E402
 from qrewrite.eval.candidates import eval_rows  # noqa: E402
-from qrewrite.eval.route import with_history  # noqa: E402
+from qrewrite.eval.route import PARTS, choose, part_texts  # noqa: E402
 from qrewrite.io_utils import read_jsonl  # noqa: E402
 from qrewrite.metrics import gold_ranking  # noqa: E402
 from qrewrite.paths import artifact_paths, eval_paths  # noqa: E402
@@ -37,8 +37,7 @@ from qrewrite.rag.providers import make_rag  # noqa: E402
 from qrewrite.release.score import release_candidates, rewrites  # noqa: E402
 
 CONFIG = "results/.config.resolved.yaml"
-# the texts a router chooses among, cheapest first (a tie in confidence keeps the earlier)
-PARTS = ("own", "own+history", "query_history")
+# the lever (route3: qrewrite.eval.route's PARTS and choice), and two routers over two of its texts for comparison
 ROUTERS = {"route_own_qh": ("own", "query_history"), "route_own_ownh": ("own", "own+history"), "route3": PARTS}
 
 
@@ -62,7 +61,7 @@ def routed(per: dict, parts: tuple[str, ...]) -> tuple[list[float], list[str]]:
     """Per row, the Hit@1 of the part whose top hit scores highest (ties: the earlier part), and its name."""
     hits, picks = [], []
     for i in range(len(per[parts[0]])):
-        best = max(parts, key=lambda p: (per[p][i][0], -parts.index(p)))
+        best = choose({p: per[p][i][0] for p in parts})
         hits.append(per[best][i][1])
         picks.append(best)
     return hits, picks
@@ -92,8 +91,8 @@ def measure(project: Path, tenant_name: str, threads: int | None) -> dict:
                 ev = {r["query_id"]: r.get("model_rewrite", r["rewrite"]) for r in read_jsonl(
                     eval_paths(tenant_name)["rewrites"].format(candidate=student)) if r.get("set") == "test"}
                 own = {r["query_id"]: ev[r["query_id"]] for r in rows}
-            texts = {"own": own, "own+history": {r["query_id"]: with_history(own[r["query_id"]], r) for r in rows},
-                     "query_history": {r["query_id"]: with_history(r["query"], r) for r in rows}}
+            by_row = {r["query_id"]: part_texts(own[r["query_id"]], r) for r in rows}
+            texts = {p: {q: t[p] for q, t in by_row.items()} for p in PARTS}
             per = asyncio.run(_retrieve(cfg, tenant, rows, texts))
             hits = {p: [h for _, h in per[p]] for p in PARTS}
             picks = {}

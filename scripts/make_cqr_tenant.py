@@ -137,18 +137,15 @@ def build(sources: list[Path], out: Path, name: str = "cqr") -> dict:
         build_excel(source_rows, stage / f"{name}.xlsx", COLUMNS)  # pinned timestamps: the same rows, the same bytes
         write_jsonl(stage / "kb.jsonl", docs)
         write_jsonl(stage / "judge_labels.jsonl", labels)
+        tenant = {"name": name, "language": "en", "system_prompt": SYSTEM_PROMPT,
+                  "raw_excel": str(out / f"{name}.xlsx"), "sheet": None, "columns": COLUMNS,
+                  "kb": {"path": str(out / "kb.jsonl"), "name": f"{name}_kb",
+                         "fields": {"doc_id": "id", "title": None, "content": "text"}},
+                  "judge_labels": str(out / "judge_labels.jsonl")}  # paths under `out`, where they are published
+        config = {"tenants": [tenant], "teacher": {"provider": "column"}}
+        write_text_atomic(stage / "config.yaml", "# written by scripts/make_cqr_tenant.py\n"
+                          + yaml.safe_dump(config, allow_unicode=True, sort_keys=False))
         kept = publish(stage, out)
-    tenant = {"name": name, "language": "en", "system_prompt": SYSTEM_PROMPT,
-              "raw_excel": str(out / f"{name}.xlsx"), "sheet": None, "columns": COLUMNS,
-              "kb": {"path": str(out / "kb.jsonl"), "name": f"{name}_kb",
-                     "fields": {"doc_id": "id", "title": None, "content": "text"}},
-              "judge_labels": str(out / "judge_labels.jsonl")}
-    config = {"tenants": [tenant], "teacher": {"provider": "column"}}
-    text = "# written by scripts/make_cqr_tenant.py\n" + yaml.safe_dump(config, allow_unicode=True, sort_keys=False)
-    if (out / "config.yaml").is_file() and (out / "config.yaml").read_text(encoding="utf-8") == text:
-        kept.append("config.yaml")
-    else:
-        write_text_atomic(out / "config.yaml", text)
     return {"sources": [str(s) for s in sources], "turns": len(rows), "docs": len(docs), "skipped": dict(skipped),
             "unchanged": kept,
             "labels": dict(Counter(f"{x['label']}:{x['failure'] or ''}".rstrip(":") for x in labels))}

@@ -98,14 +98,17 @@ def _same(a: float | None, b: float | None) -> bool:
     return (a is None and b is None) or (a is not None and b is not None and abs(a - b) <= 1e-6)
 
 
-def client_step(decoding: dict) -> tuple[str, str]:
-    """(the lever, what a caller does with each served rewrite before retrieval under it)."""
+def client_step(decoding: dict) -> tuple[str, str] | None:
+    """(the lever, what a caller does with each served rewrite before retrieval under it); None: the caller sends
+    the served rewrite as it is."""
     if decoding.get("route_by_retrieval"):
         return ("route_by_retrieval", "the caller retrieves with the served rewrite, the rewrite + the row's history "
                 "summary and query + history, and keeps the one whose top hit scores highest (release decoding "
                 "route_by_retrieval; qrewrite.eval.route)")
-    return ("append_history", "the caller pastes the row's history summary after each served rewrite before "
-            "retrieval (release decoding append_history; qrewrite.eval.route.with_history)")
+    if decoding.get("append_history"):
+        return ("append_history", "the caller pastes the row's history summary after each served rewrite before "
+                "retrieval (release decoding append_history; qrewrite.eval.route.with_history)")
+    return None
 
 
 def _text(r: dict) -> str:
@@ -133,9 +136,10 @@ def run_check(cfg: dict, tenant: dict, rows: list[dict], *, model: str, eval_jso
                     "biased decoding towards each row's own "
                     "tokens, which the server does not (an OpenAI API caller can send it as logit_bias with vLLM; "
                     "swift deploy ignores it): served and in-process rewrites may differ")
-    if decoding.get("append_history") or decoding.get("route_by_retrieval"):
+    step = client_step(decoding)
+    if step:
         log.warning("%s is set (the decoding the release chose): the server returns the model's rewrite; %s, as "
-                    "this check does", *client_step(decoding))
+                    "this check does", *step)
     if decoding.get("trim_loops"):
         log.warning("trim_loops is set: the in-process eval cut looping rewrites where the loop "
                     "began; a served rewrite is measured as the server returns it (a caller can cut it the same "
@@ -180,7 +184,7 @@ def run_check(cfg: dict, tenant: dict, rows: list[dict], *, model: str, eval_jso
 
     texts = {"in_process": {qid: _text(r) for qid, r in inproc.items()}}
     texts.update({f"served_c{c}": {r["query_id"]: _text(r) for r in res} for c, (res, _) in passes.items()})
-    if decoding.get("append_history") or decoding.get("route_by_retrieval"):
+    if step:
         # the caller's step, as the in-process eval took it: what is sent to the RAG for each served text
         for c in passes:
             served = texts[f"served_c{c}"]
@@ -237,7 +241,6 @@ def run_check(cfg: dict, tenant: dict, rows: list[dict], *, model: str, eval_jso
         },
         "production": production_commands(cfg, model, name, batch, device, decoding.get("dtype")),
         # the release's decoding includes a step the server cannot take: the caller's
-        "client_step": (client_step(decoding)[1]
-                        if decoding.get("append_history") or decoding.get("route_by_retrieval") else None),
+        "client_step": step[1] if step else None,
     }
 

@@ -18,6 +18,7 @@ def with_history(text: str, row: dict) -> str:
     the decoding lever append_history (release.decoding, an eval candidate's generation)."""
     return f"{text} {row.get('history') or ''}".strip()
 
+
 # the texts a row is routed among, cheapest first: equal top scores keep the earlier
 PARTS = ("own", "own+history", "query_history")
 
@@ -27,8 +28,10 @@ def part_texts(own: str, row: dict) -> dict[str, str]:
 
 
 def choose(tops: dict[str, float]) -> str:
-    """The part whose top hit scores highest; a tie keeps the cheaper part (PARTS order)."""
-    return max(PARTS, key=lambda p: (tops[p], -PARTS.index(p)))
+    """The part whose top hit scores highest; a tie keeps the cheaper part (the earlier in `tops`, which lists
+    them cheapest first, as PARTS does)."""
+    order = list(tops)
+    return max(order, key=lambda p: (tops[p], -order.index(p)))
 
 
 async def route_rows(rag, rows: list[dict], own: list[str]) -> list[dict]:
