@@ -143,9 +143,9 @@ GPU_KIT_TENANT ?= fivedoctors
 # Python 3.12 (the GPU image's): on PATH, else a pyenv-installed one
 PYTHON312 ?= $(shell command -v python3.12 >/dev/null 2>&1 && python3.12 -c 'import sys' 2>/dev/null && echo python3.12 || ls -d $$HOME/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | tail -1)
 
-.venvs/kit/.installed: envs/gpu-kit.txt
+.venvs/kit/.installed: envs/pip.txt
 	$(PYTHON) -m venv .venvs/kit
-	.venvs/kit/bin/pip install -q -r envs/gpu-kit.txt
+	.venvs/kit/bin/pip install -q -r envs/pip.txt
 	touch $@
 
 # The learning run's tenant (its SFT student travels: the sft stage's adapter and the base GGUF) and the configfiles
