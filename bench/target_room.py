@@ -27,17 +27,10 @@ from qrewrite.eval.route import with_history  # noqa: E402
 from qrewrite.eval.hits import hit_at_1  # noqa: E402
 from qrewrite.io_utils import read_jsonl  # noqa: E402
 from qrewrite.paths import artifact_paths  # noqa: E402
-from qrewrite.text import tokenize  # noqa: E402
+from qrewrite.training.targets import with_dropped_terms  # noqa: E402
 
 # cheapest (closest to the teacher) first: a row's retrieval-chosen target is the first with the best Hit@1
 TARGETS = ("teacher", "teacher+dropped_terms", "teacher+history", "query_history")
-
-
-def with_dropped_terms(rewrite: str, row: dict, language: str) -> str:
-    """The rewrite + the history's terms that neither it nor the question has, in history order."""
-    have = set(tokenize(rewrite, language)) | set(tokenize(row["query"], language))
-    dropped = [w for w in tokenize(row.get("history") or "", language) if w not in have]
-    return f"{rewrite} {' '.join(dict.fromkeys(dropped))}".strip()
 
 
 def chosen(per_row: dict[str, list]) -> list[str]:

@@ -97,6 +97,11 @@ def tenant_teacher(cfg: dict, tenant: dict) -> dict:
     return {**cfg["teacher"], **(tenant.get("teacher") or {})}
 
 
+def tenant_sft_targets(cfg: dict, tenant: dict) -> str:
+    """What one tenant's student learns (qrewrite.training.targets): its own `sft_targets`, else train.sft.targets."""
+    return tenant.get("sft_targets") or cfg["train"]["sft"]["targets"]
+
+
 def _check_openai(cfg: dict, source: str) -> None:
     """Each OpenAI-compatible block in use (teacher, judge, `openai` eval candidates) holds only what its model
     family accepts (qrewrite/openai_params.py): a value the API would refuse with HTTP 400 is refused here."""

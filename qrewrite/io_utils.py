@@ -107,6 +107,20 @@ def sha256_json(obj: Any) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+def publish_changed(stage: str | os.PathLike, out: str | os.PathLike) -> list[str]:
+    """Move each file of folder `stage` over its namesake in `out` (same filesystem), except where the bytes are
+    the same: a file left as it was keeps its mtime, so a tenant's data written again does not make Snakemake redo
+    its pipeline (`make cqr` retrained SFT on every call, 2026-12-04). Returns the names left unchanged."""
+    kept = []
+    for f in sorted(Path(stage).iterdir()):
+        dst = Path(out) / f.name
+        if dst.is_file() and dst.read_bytes() == f.read_bytes():
+            kept.append(f.name)
+        else:
+            os.replace(f, dst)
+    return kept
+
+
 def write_tar_gz(dest: str | os.PathLike, members: dict[str, Path | bytes]) -> None:
     """Atomically write a gzipped tar of `members` (arcname -> a file, a folder taken whole, or bytes), in arcname
     order with mtime 0 and mode 644 throughout: the same contents make the same archive, byte for byte."""

@@ -27,6 +27,9 @@ def tenant_paths(tenant: str) -> dict[str, str]:
         "train": f"{r}/sft/train.jsonl",
         "val": f"{r}/sft/val.jsonl",
         "test": f"{r}/sft/test.jsonl",
+        "sft_train": f"{r}/sft/targets/train.jsonl",  # what SFT learns from (train.sft.targets)
+        "sft_val": f"{r}/sft/targets/val.jsonl",
+        "stats_sft_targets": f"{r}/stats/sft_targets.json",
         "reward_check": f"{r}/reward_check.json",   # the judge and the reward checked on derived labels
         "summary": f"{r}/summary.json",
         "data_card": f"{r}/data_card.md",            # the dataset's card (qrewrite data-card)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import sys
 import tempfile
 from collections import Counter, defaultdict
@@ -41,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from qrewrite.data.excel import build_excel  # noqa: E402
-from qrewrite.io_utils import write_text_atomic, write_jsonl  # noqa: E402
+from qrewrite.io_utils import publish_changed, write_text_atomic, write_jsonl  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data" / "cqr"
 COLUMNS = {"query": "utterance", "profile": None, "history": "history", "gold": "gold_doc_ids",
@@ -85,20 +84,6 @@ def turns(dialogues: list[dict], name: str) -> tuple[list[dict], Counter]:
                         "history": history, "gold": gold, "crowd": crowd,
                         "flag": ((ref.get("flag") or "none").split(";")[0].split() or ["none"])[0]})
     return out, skipped
-
-
-def publish(stage: Path, out: Path) -> list[str]:
-    """Move each file of `stage` over its namesake in `out`, except where the bytes are the same: a file left as it
-    was keeps its mtime, so `make cqr` run again does not make Snakemake redo the pipeline from the reward check on
-    (it did: a rewritten judge_labels.jsonl retrained SFT, 2026-12-04). Returns the names left unchanged."""
-    kept = []
-    for f in sorted(stage.iterdir()):
-        dst = out / f.name
-        if dst.is_file() and dst.read_bytes() == f.read_bytes():
-            kept.append(f.name)
-        else:
-            os.replace(f, dst)
-    return kept
 
 
 def build(sources: list[Path], out: Path, name: str = "cqr") -> dict:
@@ -145,7 +130,7 @@ def build(sources: list[Path], out: Path, name: str = "cqr") -> dict:
         config = {"tenants": [tenant], "teacher": {"provider": "column"}}
         write_text_atomic(stage / "config.yaml", "# written by scripts/make_cqr_tenant.py\n"
                           + yaml.safe_dump(config, allow_unicode=True, sort_keys=False))
-        kept = publish(stage, out)
+        kept = publish_changed(stage, out)
     return {"sources": [str(s) for s in sources], "turns": len(rows), "docs": len(docs), "skipped": dict(skipped),
             "unchanged": kept,
             "labels": dict(Counter(f"{x['label']}:{x['failure'] or ''}".rstrip(":") for x in labels))}

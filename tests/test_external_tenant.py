@@ -88,6 +88,19 @@ def test_durdev_sits_beside_the_demo_tenants_with_its_own_teacher(tmp_path):
     for stage in ("build-excel", "ingest", "teacher"):  # the demo tenant beside it keeps the global teacher
         project.stage(stage, tenant="fivedoctors")
     assert {t["provider"] for t in project.read_jsonl("results/fivedoctors/teacher.jsonl")} == {"resolve"}
+    # its own SFT targets: chosen by retrieval, where the demo tenants keep the teacher's rewrites (the global)
+    assert durdev["sft_targets"] == "retrieval" and cfg["train"]["sft"]["targets"] == "teacher"
+    assert project.stage("sft-targets", tenant="durdev").returncode == 0
+    targets = json.loads((project.root / "results/durdev/stats/sft_targets.json").read_text())
+    assert targets["targets"] == "retrieval"
+    assert sum(targets["splits"]["train"]["chosen"].values()) == sizes["train"]
+    assert targets["splits"]["train"]["chosen"].get("teacher+history", 0) > 0  # the history widens gold's lead
+    # run again, the script leaves its files as they were: the pipeline redoes nothing
+    stamps = {p.name: p.stat().st_mtime_ns for p in (project.root / "data" / "durdev").iterdir()}
+    again = subprocess.run([sys.executable, str(REPO / "scripts" / "make_durdev_tenant.py"), "--out", "data/durdev"],
+                           capture_output=True, text=True, cwd=project.root)
+    assert again.returncode == 0 and "unchanged: config.yaml, dur-dev.xlsx, kb.jsonl" in again.stdout, again.stdout
+    assert {p.name: p.stat().st_mtime_ns for p in (project.root / "data" / "durdev").iterdir()} == stamps
 
 
 def test_building_the_tenant_again_leaves_unchanged_files_untouched(tmp_path):

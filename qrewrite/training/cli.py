@@ -1,4 +1,5 @@
-"""Training subcommands: base-model, sft, merge-sft, rl-data, rl (rules base_model, sft, merge_sft, rl_data, rl).
+"""Training subcommands: base-model, sft-targets, sft, merge-sft, rl-data, rl (rules base_model, sft_targets, sft,
+merge_sft, rl_data, rl).
 
 Commands that need ms-swift or verl re-run themselves in that env when this Python lacks it
 (`qrewrite.envs.ensure_env`), so a rule always calls plain `qrewrite <command>`.
@@ -127,6 +128,38 @@ def cmd_merge_sft(args) -> None:
     log.info("merged %s into %s -> %s (%ss)", args.adapter, args.base, args.out, stats["wall_s"])
 
 
+def cmd_sft_targets(args) -> None:
+    from collections import Counter
+
+    from ..eval.candidates import eval_rows
+    from ..io_utils import read_jsonl, write_jsonl
+    from .targets import choose_targets, retarget
+
+    from ..config import tenant_sft_targets
+
+    cfg, tenant = load(args)
+    mode = tenant_sft_targets(cfg, tenant)
+    started = time.time()
+    stats = {"tenant": tenant["name"], "targets": mode, "splits": {}}
+    outs = []
+    for split, src in (("train", args.train), ("val", args.val)):
+        samples = list(read_jsonl(src))
+        if mode == "teacher":
+            chosen = samples
+            stats["splits"][split] = {"rows": len(samples), "chosen": {"teacher": len(samples)}}
+        else:
+            rows = {r["query_id"]: r for r in eval_rows(src, args.queries, None)}
+            picks = choose_targets(cfg, tenant, samples, rows)
+            chosen = retarget(samples, picks)
+            stats["splits"][split] = {"rows": len(samples), "chosen": dict(Counter(p["target"] for p in picks))}
+        outs.append((args.out_train if split == "train" else args.out_val, chosen))
+    for path, chosen in outs:  # both written only once both were chosen
+        write_jsonl(path, chosen)
+    stats["wall_s"] = round(time.time() - started, 1)
+    _write_stats(args.stats, stats)
+    log.info("sft-targets %s (%s): %s", tenant["name"], mode, {k: v["chosen"] for k, v in stats["splits"].items()})
+
+
 def cmd_rl_data(args) -> None:
     from .rl_data import write_rl_data
 
@@ -214,6 +247,17 @@ def register(sub) -> None:
     common(p, "--base", "--adapter", "--out")
     p.add_argument("--threads", type=int, help="CPU threads (OMP_NUM_THREADS)")
     p.set_defaults(func=cmd_merge_sft)
+
+    p = sub.add_parser("sft-targets", help="the SFT targets (train.sft.targets): the teacher's rewrites, or per row "
+                       "whichever of it, it + the history terms it dropped and it + the history retrieves gold most "
+                       "surely (test rows are never read)")
+    common(p, ("--train", "results/T/sft/train.jsonl (the teacher's rewrites)"),
+           ("--val", "results/T/sft/val.jsonl"),
+           ("--queries", "queries.jsonl (history, gold per query id)"),
+           ("--out-train", "the training rows SFT learns from"),
+           ("--out-val", "the validation rows SFT's loss is measured on"))
+    p.add_argument("--stats", help="stats json (the chosen target's counts per split)")
+    p.set_defaults(func=cmd_sft_targets)
 
     p = sub.add_parser("rl-data", help="SFT splits → RL prompts with the teacher's side (verl parquet + swift jsonl)")
     common(p, "--train",

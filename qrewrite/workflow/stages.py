@@ -137,9 +137,15 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("base_model", "The base model folder: converted from the packaged GGUF, or linked from a local "
           "folder (base_model.source).", "training", per="once", args=(o("out", "base_model"),),
           params=("base_model",), env="swift", mem_mb=8000, runtime=30, half="models"),
+    Stage("sft_targets", "What SFT learns: the teacher's rewrites, or per row whichever of it, it + the history "
+          "terms it dropped and it + the history retrieves gold most surely (train.sft.targets).", "training",
+          args=(i("train"), i("val"), i("queries"), o("out-train", "sft_train"), o("out-val", "sft_val"),
+                o("stats", "stats_sft_targets")), reads=("kb",),
+          params=("train.sft.targets", "tenant.sft_targets", "rag", "tenant.kb", "tenant.language",
+                  "tenant.tenant_id"), mem_mb=1000, runtime=60, half="models"),
     # the data card is an input of SFT so that every model's lineage lists the card of the data it learnt from
     Stage("sft", "LoRA SFT with ms-swift; keeps the best checkpoint by validation loss.", "training",
-          args=(i("base", "base_model"), i("train"), i("val"), i("data-card", "data_card_json"),
+          args=(i("base", "base_model"), i("train", "sft_train"), i("val", "sft_val"), i("data-card", "data_card_json"),
                 o("out", "sft_model"), d("run-dir", "sft_run"), o("tb", "tb_sft"), o("stats", "stats_sft")),
           params=("train", "base_model"), env="swift", threads=True, mem_mb=16000, runtime=240, half="models"),
     Stage("merge_sft", "The LoRA adapter merged into its base model (swift export --merge_lora).", "training",
@@ -251,11 +257,16 @@ def param_value(cfg: dict, key: str, tenant: dict | None = None):
     makes, and the check gates the student's training. A stage that reads them whatever the provider names them
     (judge_eval: reward.judge.model). ``teacher`` of a `tenant`'s job is that tenant's teacher (its own
     tenants[].teacher over the global block): the same value as before for a tenant without one, so adding the
-    setting reruns nothing, and a tenant's own teacher reruns that tenant only."""
+    setting reruns nothing, and a tenant's own teacher reruns that tenant only; ``train.sft.targets`` likewise
+    (tenants[].sft_targets)."""
     if key == "teacher" and tenant is not None:
         from ..config import tenant_teacher
 
         return tenant_teacher(cfg, tenant)
+    if key == "train.sft.targets" and tenant is not None:
+        from ..config import tenant_sft_targets
+
+        return tenant_sft_targets(cfg, tenant)
     node = cfg
     for part in key.split("."):
         node = node.get(part) if isinstance(node, dict) else None
