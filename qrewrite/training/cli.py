@@ -129,35 +129,17 @@ def cmd_merge_sft(args) -> None:
 
 
 def cmd_sft_targets(args) -> None:
-    from collections import Counter
-
-    from ..eval.candidates import eval_rows
-    from ..io_utils import read_jsonl, write_jsonl
-    from .targets import choose_targets, retarget
-
     from ..config import tenant_sft_targets
+    from .targets import write_targets
 
     cfg, tenant = load(args)
     mode = tenant_sft_targets(cfg, tenant)
     started = time.time()
-    stats = {"tenant": tenant["name"], "targets": mode, "splits": {}}
-    outs = []
-    for split, src in (("train", args.train), ("val", args.val)):
-        samples = list(read_jsonl(src))
-        if mode == "teacher":
-            chosen = samples
-            stats["splits"][split] = {"rows": len(samples), "chosen": {"teacher": len(samples)}}
-        else:
-            rows = {r["query_id"]: r for r in eval_rows(src, args.queries, None)}
-            picks = choose_targets(cfg, tenant, samples, rows)
-            chosen = retarget(samples, picks)
-            stats["splits"][split] = {"rows": len(samples), "chosen": dict(Counter(p["target"] for p in picks))}
-        outs.append((args.out_train if split == "train" else args.out_val, chosen))
-    for path, chosen in outs:  # both written only once both were chosen
-        write_jsonl(path, chosen)
-    stats["wall_s"] = round(time.time() - started, 1)
-    _write_stats(args.stats, stats)
-    log.info("sft-targets %s (%s): %s", tenant["name"], mode, {k: v["chosen"] for k, v in stats["splits"].items()})
+    chosen = write_targets(cfg, tenant, mode, {"train": (args.train, args.out_train), "val": (args.val, args.out_val)},
+                           args.queries)
+    _write_stats(args.stats, {"tenant": tenant["name"], "targets": mode, "splits": chosen,
+                              "wall_s": round(time.time() - started, 1)})
+    log.info("sft-targets %s (%s): %s", tenant["name"], mode, {k: v["chosen"] for k, v in chosen.items()})
 
 
 def cmd_rl_data(args) -> None:

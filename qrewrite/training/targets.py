@@ -12,12 +12,12 @@ BM25 finds the history's terms a surer way to gold, which is what a student that
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 
 from ..eval.route import with_history
 from ..metrics import gold_ranking
 from ..text import tokenize
 
-MODES = ("teacher", "retrieval")
 # cheapest (closest to the teacher's rewrite) first: a tie keeps the earlier
 TARGETS = ("teacher", "teacher+dropped_terms", "teacher+history")
 
@@ -95,3 +95,25 @@ def choose_targets(cfg: dict, tenant: dict, samples: list[dict], rows: dict[str,
             await rag.aclose()
 
     return asyncio.run(run())
+
+
+def write_targets(cfg: dict, tenant: dict, mode: str, splits: dict[str, tuple[str, str]], queries: str) -> dict:
+    """Each split's SFT rows (name → (source, destination)) with `mode`'s targets (teacher or retrieval: the enum
+    of train.sft.targets in the schema), written only once every split's were chosen. Returns per split {rows,
+    chosen: count per target}."""
+    from ..eval.candidates import eval_rows
+    from ..io_utils import read_jsonl, write_jsonl
+
+    out, counts = {}, {}
+    for name, (src, _) in splits.items():
+        samples = list(read_jsonl(src))
+        if mode == "teacher":
+            out[name], picked = samples, ["teacher"] * len(samples)
+        else:
+            rows = {r["query_id"]: r for r in eval_rows(src, queries, None)}
+            picks = choose_targets(cfg, tenant, samples, rows)
+            out[name], picked = retarget(samples, picks), [p["target"] for p in picks]
+        counts[name] = {"rows": len(samples), "chosen": dict(Counter(picked))}
+    for name, (_, dst) in splits.items():
+        write_jsonl(dst, out[name])
+    return counts
