@@ -20,7 +20,7 @@ from qrewrite.config import load_config
 from qrewrite.workflow.stages import ORDER_ONLY, STAGES, flat, job_files
 
 STAGE_RULES = ("build_excel", "ingest", "teacher", "validate", "split", "reward_check", "summarize", "data_card",
-               "base_model", "sft",
+               "base_model", "sft_targets", "sft",
                "merge_sft", "rl_data", "rl", "release", "eval_generate", "eval_rewrites", "eval", "report")
 SNAKEMAKE_CONFIG = "--config results/.config.resolved.yaml"
 _CONFIG = yaml.safe_load((REPO / "config.yaml").read_text(encoding="utf-8"))

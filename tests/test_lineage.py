@@ -52,7 +52,7 @@ def make_chain(project: Project, slurm: str | None = None) -> dict[str, Path]:
         t0 = time.time()
         out = {
             "sft": write_lineage(PATHS["sft_model"], rule="sft", tenant=TENANT, config=cfg, env="swift", started=t0 - 60,
-                                 ended=t0, inputs={"base": BASE_MODEL, "train": PATHS["train"], "val": PATHS["val"],
+                                 ended=t0, inputs={"base": BASE_MODEL, "train": PATHS["sft_train"], "val": PATHS["sft_val"],
                                                    "data_card": PATHS["data_card_json"]},
                                  params={"learning_rate": 2e-4, "max_steps": 2}, usage={"gpu_s": 1.5}),
             "merge": write_lineage(PATHS["sft_merged"], rule="merge_sft", tenant=TENANT, config=cfg, env="swift",
@@ -81,7 +81,8 @@ def data_half(root: Path, n_queries: int) -> Project:
     cfg["tenants"] = [t for t in cfg["tenants"] if t["name"] == TENANT]
     project.set_config(cfg)
     project.keep_queries(TENANT, n_queries)
-    for stage in ("build-excel", "ingest", "teacher", "validate", "split", "reward-check", "summarize", "data-card"):
+    for stage in ("build-excel", "ingest", "teacher", "validate", "split", "reward-check", "summarize", "data-card",
+                  "sft-targets"):
         project.stage(stage)
     return project
 
@@ -155,9 +156,10 @@ def test_verify_fails_naming_the_artifact_whenever_any_upstream_byte_changes(cha
     assert verify_lineage(model) == []
     doc = lineage(project, "rl_model")
     targets = [e["path"] for e in doc["upstream"]] + [f"{PATHS['rl_model']}/{f}" for f in doc["model"]["files"]]
-    # 25 upstream artifacts (the data half, its stats, the reward check and the judge labels it read, summary and
-    # data card, gold and red-team sets, base and SFT models, RL files) + the model's 3 files
-    assert len(set(targets)) == len(targets) == 28
+    # 27 upstream artifacts (the data half, its stats, the reward check and the judge labels it read, summary and
+    # data card, gold and red-team sets, the SFT targets, base and SFT models, RL files) + the model's 3 files
+    assert len(set(targets)) == len(targets) == 30
+    assert {PATHS["sft_train"], PATHS["sft_val"]} <= set(targets)
     assert {PATHS["data_card_json"], PATHS["summary"], PATHS["stats_split"], PATHS["reward_check"]} <= set(targets)
     for rel in targets:
         changed, blob = _flip_one_byte(project.root / rel)

@@ -38,7 +38,9 @@ TINY_SFT = {"device": "cpu", "threads": 1,  # one optimizer step: the point is t
             "sft": {"max_steps": 1, "per_device_train_batch_size": 1, "per_device_eval_batch_size": 2,
                     "gradient_accumulation_steps": 1, "max_length": 512, "evals_per_epoch": 100,
                     "logging_steps": 1, "learning_rate": 2.0e-4}}
-DATA_RULES = ("build_excel", "ingest", "teacher", "validate", "split", "reward_check", "summarize", "data_card")
+# the rules that run in the cpu image (sft_targets: the SFT targets, from the split, before sft)
+DATA_RULES = ("build_excel", "ingest", "teacher", "validate", "split", "reward_check", "summarize", "data_card",
+              "sft_targets")
 SWIFT_RULES = ("base_model", "sft")
 
 
