@@ -27,7 +27,7 @@ from qrewrite.eval.route import with_history  # noqa: E402
 from qrewrite.eval.hits import hit_at_1  # noqa: E402
 from qrewrite.io_utils import read_jsonl  # noqa: E402
 from qrewrite.paths import artifact_paths  # noqa: E402
-from qrewrite.training.targets import with_dropped_terms  # noqa: E402
+from qrewrite.training.targets import target_texts  # noqa: E402
 
 # cheapest (closest to the teacher) first: a row's retrieval-chosen target is the first with the best Hit@1
 TARGETS = ("teacher", "teacher+dropped_terms", "teacher+history", "query_history")
@@ -51,11 +51,9 @@ def measure(project: Path, tenant_name: str, configs: list[str]) -> dict:
     for split in ("train", "val"):
         rows = [r for r in eval_rows(paths[split], paths["queries"], None) if r["gold_doc_ids"]]
         teacher = {s["meta"]["query_id"]: s["messages"][-1]["content"] for s in read_jsonl(paths[split])}
-        texts = {"teacher": {r["query_id"]: teacher[r["query_id"]] for r in rows},
-                 "teacher+dropped_terms": {r["query_id"]: with_dropped_terms(teacher[r["query_id"]], r,
-                                                                              tenant["language"]) for r in rows},
-                 "teacher+history": {r["query_id"]: with_history(teacher[r["query_id"]], r) for r in rows},
-                 "query_history": {r["query_id"]: with_history(r["query"], r) for r in rows}}
+        by_row = {r["query_id"]: {**target_texts(teacher[r["query_id"]], r, tenant["language"]),
+                                  "query_history": with_history(r["query"], r)} for r in rows}
+        texts = {t: {q: x[t] for q, x in by_row.items()} for t in TARGETS}
         per_row = hit_at_1(cfg, tenant, rows, texts)
         pick = chosen(per_row)
         n = len(rows)
