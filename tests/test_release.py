@@ -19,6 +19,7 @@ import pytest
 from conftest import REPO, Project
 from qrewrite.eval.candidates import generation_key, reused_rows
 from qrewrite.paths import deploy_json, eval_paths, tenant_paths
+from qrewrite.release.advice import advise
 from qrewrite.release.score import release_candidates, rewrites
 from qrewrite.release.select import choose
 from qrewrite.workflow.stages import STAGES, upstream
@@ -60,6 +61,28 @@ def test_without_gold_on_validation_the_cheapest_is_released_and_says_why():
     assert d["index"] == 0 and "no validation row has gold" in d["why"]
     with pytest.raises(ValueError):
         choose([], 0.0)
+
+
+# ------------------------------------------------------------------------------------------ advice, pure
+
+def _cands(*names: str) -> list[dict]:
+    return [{"name": n, "source": n.split("+")[0], "kind": "model" if n.startswith(("sft", "rl")) else n}
+            for n in names]
+
+
+def test_advice_names_the_targets_setting_only_where_every_plain_student_trails_the_rule():
+    cands = _cands("query_history", "sft", "sft+append_history=true", "rl")
+    trailing = [fig("query_history", 0.874), fig("sft", 0.792), fig("sft+append_history=true", 0.880),
+                fig("rl", 0.800)]
+    (line,) = advise(trailing, cands, "teacher")
+    assert "sft 0.792, rl 0.800 vs 0.874" in line and "sft_targets: retrieval" in line
+    # already on retrieval-chosen targets: the figures, without the same advice again
+    (line,) = advise(trailing, cands, "retrieval")
+    assert "trails query_history" in line and "sft_targets" not in line
+    # one plain student at or above the rule (a lever's figure does not count): nothing to advise
+    assert advise([fig("query_history", 0.874), fig("sft", 0.792), fig("sft+append_history=true", 0.95),
+                   fig("rl", 0.874)], cands, "teacher") == []
+    assert advise([fig("query_history", None), fig("sft", None)], _cands("query_history", "sft"), "teacher") == []
 
 
 # ------------------------------------------------------------------------------------------ append_history
@@ -261,6 +284,7 @@ def test_the_release_records_every_candidate_on_validation_and_the_rule(released
     decision = choose(shipped["candidates"], shipped["decision"]["margin"])
     assert shipped["released"]["name"] == decision["name"] and shipped["decision"]["why"] == decision["why"]
     assert "a tie goes to the cheaper" in shipped["decision"]["rule"]
+    assert shipped["advice"] == advise(shipped["candidates"], shipped["candidates"], "teacher")
     lineage = json.loads((project.root / PATHS["release"] / "lineage.json").read_text(encoding="utf-8"))
     assert lineage["model"]["rule"] == "release" and set(lineage["inputs"]) == {"val", "queries", "sft", "rl"}
     assert lineage["params"]["released"]["name"] == shipped["released"]["name"]

@@ -17,7 +17,9 @@ def cmd_release(args) -> None:
     ensure_env("swift", args.argv)  # the student models generate with transformers, in the swift env
     from ..eval import stats
     from ..eval.candidates import eval_rows
+    from ..config import tenant_sft_targets
     from ..lineage.record import write_lineage
+    from .advice import advise
     from .folder import RULE_TEXT, write_release
     from .score import release_candidates, score
     from .select import choose
@@ -35,6 +37,7 @@ def cmd_release(args) -> None:
         figures, per_row = [{"name": c["name"], "mean": None, "ci_low": None, "ci_high": None, "n": 0}
                             for c in cands], {}
     decision = choose(figures, margin)
+    advice = advise(figures, cands, tenant_sft_targets(cfg, tenant))
     won = cands[decision["index"]]
     boot = cfg["eval"]["bootstrap"]
     bkw = dict(samples=boot["samples"], seed=boot["seed"], confidence=boot["confidence"])
@@ -57,7 +60,8 @@ def cmd_release(args) -> None:
                     "through the tenant's RAG provider (test rows are never read)",
            "released": released, "decision": {**decision, "margin": margin},
            "candidates": table,
-           "released_minus": {c["name"]: paired(won["name"], c["name"]) for c in cands if c is not won}}
+           "released_minus": {c["name"]: paired(won["name"], c["name"]) for c in cands if c is not won},
+           "advice": advice}
     write_release(args.out, doc, models[won["artifact"]] if released["kind"] == "model" else None)
     # The choice is made and written. What follows only records lineage: it hashes every upstream artifact, the
     # test split among them (the data card summarizes it), and reads none of it. tests/test_release.py listens
@@ -70,6 +74,8 @@ def cmd_release(args) -> None:
                                          for f in figures]},
                   config=cfg, env="swift", started=started, ended=time.time())
     log.info("release %s: %s (%s) -> %s", tenant["name"], won["name"], decision["why"], args.out)
+    for line in advice:
+        log.warning("release %s: %s", tenant["name"], line)
 
 
 def register(sub) -> None:

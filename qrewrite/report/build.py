@@ -103,7 +103,8 @@ def release_table(evals: dict[str, dict], releases: dict[str, dict]) -> str:
         rows.append(f"<tr><td class=l>{escape(tenant)}</td><td class=l><b>{escape(rel['released']['name'])}</b>"
                     f"<br><span class=ci>{escape(rel['released']['kind'])}</span></td>{test}<td>{vs_qh}</td>"
                     f"<td class=l><span class=ci>{escape(rel['decision']['why'])}. Validation Hit@1 "
-                    f"({rel['n_with_gold']} rows): {val}</span></td></tr>")
+                    f"({rel['n_with_gold']} rows): {val}</span>"
+                    + "".join(f"<br><b>Advice:</b> {escape(a)}" for a in rel.get("advice") or []) + "</td></tr>")
     if not rows:
         return ""
     return ("<table><tr><th class=l>tenant</th><th class=l>release</th><th>test Hit@1</th><th>query + history</th>"
