@@ -122,11 +122,15 @@ cqr: cqr-data .venvs/swift/.installed
 
 # dur-dev, real Chinese chit-chat with people's rewrites (../shared/data/dur-dev; not shipped: data/durdev/ is
 # git-ignored), as a tenant with its own teacher (the column), then its whole pipeline (docs/training.md).
+# DURDEV_ARGS go to the script (e.g. --sft-targets teacher), DURDEV_CONFIGFILES after its config (e.g.
+# bench/split_seed7.yaml, a second draw of the split): docs/training.md measures both.
+DURDEV_ARGS ?=
+DURDEV_CONFIGFILES ?=
 durdev-data: $(VENV)/.data-env
-	$(BIN)/python scripts/make_durdev_tenant.py --out data/durdev
+	$(BIN)/python scripts/make_durdev_tenant.py --out data/durdev $(DURDEV_ARGS)
 
 durdev: durdev-data .venvs/swift/.installed
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --cores $(CORES) --printshellcmds --configfile data/durdev/config.yaml
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --cores $(CORES) --printshellcmds --configfile data/durdev/config.yaml $(DURDEV_CONFIGFILES)
 
 # The documented RL check (bench/rl_check.py, docs/training.md "The RL check"): GRPO with the faithful reward on
 # one tenant, RL vs its SFT parent on the test split and the gold set. Tens of minutes on 2 cores; not part of `make run`.

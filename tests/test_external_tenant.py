@@ -101,6 +101,14 @@ def test_durdev_sits_beside_the_demo_tenants_with_its_own_teacher(tmp_path):
                            capture_output=True, text=True, cwd=project.root)
     assert again.returncode == 0 and "unchanged: config.yaml, dur-dev.xlsx, kb.jsonl" in again.stdout, again.stdout
     assert {p.name: p.stat().st_mtime_ns for p in (project.root / "data" / "durdev").iterdir()} == stamps
+    # the lever's other arm (docs/training.md): the people's rewrites as they are, nothing else changed
+    other = subprocess.run([sys.executable, str(REPO / "scripts" / "make_durdev_tenant.py"), "--out", "data/dd-t",
+                            "--sft-targets", "teacher"], capture_output=True, text=True, cwd=project.root)
+    assert other.returncode == 0, other.stderr
+    plain = yaml.safe_load((project.root / "data" / "dd-t" / "config.yaml").read_text())["tenants"][0]
+    assert plain["sft_targets"] == "teacher"
+    assert {k: v for k, v in plain.items() if k not in ("raw_excel", "kb", "sft_targets")} == \
+        {k: v for k, v in durdev.items() if k not in ("raw_excel", "kb", "sft_targets")}
 
 
 def test_building_the_tenant_again_leaves_unchanged_files_untouched(tmp_path):
