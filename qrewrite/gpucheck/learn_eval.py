@@ -24,7 +24,7 @@ from ..errors import QrewriteError
 from ..eval import stats
 from ..eval.candidates import eval_rows, teacher_rewrites
 from ..io_utils import read_jsonl, write_json
-from ..release.score import release_candidates, rewrites, score
+from ..release.score import is_plain, release_candidates, rewrites, score
 from ..release.select import choose
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ def evaluate(cfg: dict, tenant: dict, data: Path, models: dict[str, str], *, max
     texts = {"query_history": rewrites({"name": "query_history", "kind": "query_history"}, cfg, tenant, test, None,
                                        threads),
              "teacher": {r["query_id"]: r["rewrite"] or "" for r in teacher}}
-    plain = {c["source"]: c for c in cands if c["kind"] == "model" and c["name"] == c["source"]}
+    plain = {c["source"]: c for c in cands if is_plain(c)}
     for name, cand in plain.items():
         texts[name] = rewrites(cand, cfg, tenant, test, arts[cand["artifact"]], threads, generated)
     texts["release"] = rewrites(released, cfg, tenant, test, arts.get(released["artifact"]), threads, generated)

@@ -7,6 +7,8 @@ It changes nothing: release.json and the report carry the lines, the log warns.
 
 from __future__ import annotations
 
+from .score import is_plain
+
 
 def advise(figures: list[dict], cands: list[dict], sft_targets: str) -> list[str]:
     """Lines of advice. `figures` and `cands` as the release scored them (cheapest first, the rule first);
@@ -14,9 +16,8 @@ def advise(figures: list[dict], cands: list[dict], sft_targets: str) -> list[str
     if not figures or cands[0]["kind"] == "model" or figures[0].get("mean") is None:
         return []
     rule, rule_mean = figures[0]["name"], figures[0]["mean"]
-    # the students as they are (plain greedy decoding: no lever that pastes or routes text after them)
-    plain = [(c["name"], f["mean"]) for c, f in zip(cands, figures)
-             if c["kind"] == "model" and c["name"] == c["source"] and f.get("mean") is not None]
+    # the students as they are (no lever that pastes or routes text after them)
+    plain = [(c["name"], f["mean"]) for c, f in zip(cands, figures) if is_plain(c) and f.get("mean") is not None]
     trailing = [(n, m) for n, m in plain if m < rule_mean]
     if not plain or len(trailing) < len(plain):
         return []

@@ -15,9 +15,9 @@ def cmd_release(args) -> None:
     from ..envs import ensure_env
 
     ensure_env("swift", args.argv)  # the student models generate with transformers, in the swift env
+    from ..config import tenant_sft_targets
     from ..eval import stats
     from ..eval.candidates import eval_rows
-    from ..config import tenant_sft_targets
     from ..lineage.record import write_lineage
     from .advice import advise
     from .folder import RULE_TEXT, write_release

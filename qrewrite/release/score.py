@@ -24,6 +24,11 @@ def lever_name(decoding: dict) -> str:
     return "".join(f"+{k}={json.dumps(v)}" for k, v in sorted(decoding.items()))
 
 
+def is_plain(cand: dict) -> bool:
+    """A student with eval.generation as it is (the empty lever, so its name is its source's): the model alone."""
+    return cand["kind"] == "model" and cand["name"] == cand["source"]
+
+
 def release_candidates(cfg: dict) -> list[dict]:
     """release.candidates × release.decoding, cheapest first: {name, source, kind, artifact, decoding}."""
     out = []
