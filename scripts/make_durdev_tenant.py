@@ -54,9 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("data/durdev"), help="output folder, relative to the project "
                     "root you run it in: the config names the files by this path (default data/durdev)")
     ap.add_argument("--name", default="durdev", help="tenant name (default durdev)")
-    ap.add_argument("--sft-targets", choices=("retrieval", "teacher"), default="retrieval",
+    ap.add_argument("--sft-targets", choices=("retrieval", "teacher", "history"), default="retrieval",
                     help="what its student learns (the tenant's sft_targets): the retrieval-chosen targets (default, "
-                         "chosen on its validation split) or the people's rewrites as they are")
+                         "chosen on its validation split), the people's rewrites as they are, or them + the history on every row")
     args = ap.parse_args(argv)
     for f in ("dur-dev.xlsx", "kb.jsonl"):
         if not (args.source / f).is_file():

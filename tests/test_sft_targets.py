@@ -156,3 +156,15 @@ def test_a_tenants_own_setting_overrides_the_global_one_and_reruns_that_tenant_o
     other = {**cfg["tenants"][0], "name": "other", "sft_targets": None}
     assert param_value(cfg, "train.sft.targets", cfg["tenants"][0]) == "retrieval"
     assert param_value(cfg, "train.sft.targets", other) == "teacher"
+
+
+def test_history_mode_pastes_the_history_after_every_rows_rewrite_gold_or_not(tmp_path):
+    # one rule for the tenant: the row without gold (val's q3) gets it too, and no retrieval is needed to say so
+    hist = _run(tmp_path, _project(tmp_path, "history"), "history")
+    assert [s["messages"][-1]["content"] for s in hist["train"]] == ["正气歌是文天祥写的 正气歌 / 背诵一下",
+                                                                    "龙女仆是动漫 小林家的龙女仆 / 你看过吗"]
+    assert hist["val"][0]["messages"][-1]["content"] == "喜欢吃苹果吗 苹果 / 你吃吗"
+    assert [s["messages"][:-1] for s in hist["train"]] == [s["messages"][:-1] for s in read_jsonl(tmp_path / "train.jsonl")]
+    assert hist["stats"]["targets"] == "history"
+    assert hist["stats"]["splits"] == {"train": {"rows": 2, "chosen": {"teacher+history": 2}},
+                                       "val": {"rows": 1, "chosen": {"teacher+history": 1}}}

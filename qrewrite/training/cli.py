@@ -232,7 +232,7 @@ def register(sub) -> None:
 
     p = sub.add_parser("sft-targets", help="the SFT targets (train.sft.targets): the teacher's rewrites, or per row "
                        "whichever of it, it + the history terms it dropped and it + the history retrieves gold most "
-                       "surely (test rows are never read)")
+                       "surely, or it + the history on every row (test rows are never read)")
     common(p, ("--train", "results/T/sft/train.jsonl (the teacher's rewrites)"),
            ("--val", "results/T/sft/val.jsonl"),
            ("--queries", "queries.jsonl (history, gold per query id)"),

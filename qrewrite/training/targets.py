@@ -6,7 +6,9 @@ first by tie-aware Hit@1, then by gold's lead over the best other document (rela
 cheaper text on a tie. With Hit@1 alone the teacher's rewrite already wins 86-97 % of training rows outright, and
 the rest are ties no text breaks (docs/training.md, "targets chosen by retrieval"): the margin is what says that
 BM25 finds the history's terms a surer way to gold, which is what a student that trails query + history lacks.
-`teacher` copies the splits as they are. Test rows are never read.
+`history` trains on the teacher's rewrite + the whole history on every row: one rule for the tenant, where a per-row
+choice by margin gives the student targets that differ by scores it cannot see (docs/training.md, "the history on
+every row"). `teacher` copies the splits as they are. Test rows are never read.
 """
 
 from __future__ import annotations
@@ -98,9 +100,9 @@ def choose_targets(cfg: dict, tenant: dict, samples: list[dict], rows: dict[str,
 
 
 def write_targets(cfg: dict, tenant: dict, mode: str, splits: dict[str, tuple[str, str]], queries: str) -> dict:
-    """Each split's SFT rows (name → (source, destination)) with `mode`'s targets (teacher or retrieval: the enum
-    of train.sft.targets in the schema), written only once every split's were chosen. Returns per split {rows,
-    chosen: count per target}."""
+    """Each split's SFT rows (name → (source, destination)) with `mode`'s targets (teacher, retrieval or history:
+    the enum of train.sft.targets in the schema), written only once every split's were chosen. Returns per split
+    {rows, chosen: count per target}."""
     from ..eval.candidates import eval_rows
     from ..io_utils import read_jsonl, write_jsonl
 
@@ -109,6 +111,12 @@ def write_targets(cfg: dict, tenant: dict, mode: str, splits: dict[str, tuple[st
         samples = list(read_jsonl(src))
         if mode == "teacher":
             out[name], picked = samples, ["teacher"] * len(samples)
+        elif mode == "history":
+            rows = {r["query_id"]: r for r in eval_rows(src, queries, None)}
+            picks = [{"target": "teacher+history",
+                      "text": with_history(s["messages"][-1]["content"], rows[s["meta"]["query_id"]])}
+                     for s in samples]
+            out[name], picked = retarget(samples, picks), [p["target"] for p in picks]
         else:
             rows = {r["query_id"]: r for r in eval_rows(src, queries, None)}
             picks = choose_targets(cfg, tenant, samples, rows)

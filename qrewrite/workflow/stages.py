@@ -138,7 +138,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           "folder (base_model.source).", "training", per="once", args=(o("out", "base_model"),),
           params=("base_model",), env="swift", mem_mb=8000, runtime=30, half="models"),
     Stage("sft_targets", "What SFT learns: the teacher's rewrites, or per row whichever of it, it + the history "
-          "terms it dropped and it + the history retrieves gold most surely (train.sft.targets).", "training",
+          "terms it dropped and it + the history retrieves gold most surely, or it + the history on every row "
+          "(train.sft.targets).", "training",
           args=(i("train"), i("val"), i("queries"), o("out-train", "sft_train"), o("out-val", "sft_val"),
                 o("stats", "stats_sft_targets")), reads=("kb",),
           params=("train.sft.targets", "tenant.sft_targets", "rag", "tenant.kb", "tenant.language",
