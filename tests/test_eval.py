@@ -435,3 +435,15 @@ def test_generation_kwargs_pass_each_decoding_key_of_the_config_to_generate_rewr
     kw = generation_kwargs(gen, copy_bias=None, device="cpu")
     assert kw["copy_bias"] is None and kw["device"] == "cpu" and kw["batch_size"] == gen["batch_size"]
     assert set(kw) <= set(params)
+
+
+def test_auto_dtype_is_bfloat16_only_where_it_runs_natively():
+    from qrewrite.eval.generate import cpu_has_bf16, dtype_name
+
+    assert dtype_name("auto", "cuda", has_bf16=False) == "bfloat16"
+    assert dtype_name("auto", "cpu", has_bf16=True) == "bfloat16"
+    assert dtype_name("auto", "cpu", has_bf16=False) == "float32"  # emulated bf16 is slower than float32
+    assert dtype_name("auto", "cpu") == ("bfloat16" if cpu_has_bf16() else "float32")  # this machine's own flags
+    # explicit settings and null keep their meaning
+    assert [dtype_name(d, "cpu", has_bf16=False) for d in ("bfloat16", "float32", None)] == ["bfloat16", "float32", "float32"]
+    assert dtype_name(None, "cuda") == "bfloat16"
