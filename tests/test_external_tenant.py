@@ -88,13 +88,15 @@ def test_durdev_sits_beside_the_demo_tenants_with_its_own_teacher(tmp_path):
     for stage in ("build-excel", "ingest", "teacher"):  # the demo tenant beside it keeps the global teacher
         project.stage(stage, tenant="fivedoctors")
     assert {t["provider"] for t in project.read_jsonl("results/fivedoctors/teacher.jsonl")} == {"resolve"}
-    # its own SFT targets: chosen by retrieval, where the demo tenants keep the teacher's rewrites (the global)
-    assert durdev["sft_targets"] == "retrieval" and cfg["train"]["sft"]["targets"] == "teacher"
+    # its own SFT targets: its rewrite + the history, where the demo tenants keep the teacher's rewrites (the global)
+    assert durdev["sft_targets"] == "history" and cfg["train"]["sft"]["targets"] == "teacher"
     assert project.stage("sft-targets", tenant="durdev").returncode == 0
     targets = json.loads((project.root / "results/durdev/stats/sft_targets.json").read_text())
-    assert targets["targets"] == "retrieval"
-    assert sum(targets["splits"]["train"]["chosen"].values()) == sizes["train"]
-    assert targets["splits"]["train"]["chosen"].get("teacher+history", 0) > 0  # the history widens gold's lead
+    assert targets["targets"] == "history"
+    assert targets["splits"]["train"]["chosen"] == {"teacher+history": sizes["train"]}
+    learnt = project.read_jsonl("results/durdev/sft/targets/train.jsonl")
+    histories = {q["id"]: q["history"] for q in project.read_jsonl("results/durdev/queries.jsonl")}
+    assert all(s["messages"][-1]["content"].endswith(histories[s["meta"]["query_id"]] or "") for s in learnt)
     # run again, the script leaves its files as they were: the pipeline redoes nothing
     stamps = {p.name: p.stat().st_mtime_ns for p in (project.root / "data" / "durdev").iterdir()}
     again = subprocess.run([sys.executable, str(REPO / "scripts" / "make_durdev_tenant.py"), "--out", "data/durdev"],

@@ -66,8 +66,8 @@ def test_without_gold_on_validation_the_cheapest_is_released_and_says_why():
 # ------------------------------------------------------------------------------------------ advice, pure
 
 def _cands(*names: str) -> list[dict]:
-    return [{"name": n, "source": n.split("+")[0], "kind": "model" if n.startswith(("sft", "rl")) else n}
-            for n in names]
+    return [{"name": n, "source": n.split("+")[0], "kind": "model" if n.startswith(("sft", "rl")) else n,
+             "decoding": {"append_history": True} if "append_history" in n else {}} for n in names]
 
 
 def test_advice_names_the_targets_setting_only_where_every_plain_student_trails_the_rule():
@@ -75,10 +75,20 @@ def test_advice_names_the_targets_setting_only_where_every_plain_student_trails_
     trailing = [fig("query_history", 0.874), fig("sft", 0.792), fig("sft+append_history=true", 0.880),
                 fig("rl", 0.800)]
     (line,) = advise(trailing, cands, "teacher")
-    assert "sft 0.792, rl 0.800 vs 0.874" in line and "sft_targets: retrieval" in line
-    # already on retrieval-chosen targets: the figures, without the same advice again
+    # the student + the history beat the rule: teach the student to write it
+    assert "sft 0.792, rl 0.800 vs 0.874" in line and "sft_targets: history" in line
+    assert "sft+append_history=true 0.880" in line
     (line,) = advise(trailing, cands, "retrieval")
-    assert "trails query_history" in line and "sft_targets" not in line
+    assert "sft_targets: history" in line
+    # pasting did not reach the rule: the retrieval-chosen targets, and on those nothing more to name
+    pasting_trails = [*trailing[:2], fig("sft+append_history=true", 0.86), trailing[3]]
+    (line,) = advise(pasting_trails, cands, "teacher")
+    assert "sft_targets: retrieval" in line and "sft_targets: history" not in line
+    for targets in ("retrieval", "history"):
+        (line,) = advise(pasting_trails, cands, targets)
+        assert "trails query_history" in line and "sft_targets" not in line
+    (line,) = advise(trailing, cands, "history")
+    assert "sft_targets" not in line
     # one plain student at or above the rule (a lever's figure does not count): nothing to advise
     assert advise([fig("query_history", 0.874), fig("sft", 0.792), fig("sft+append_history=true", 0.95),
                    fig("rl", 0.874)], cands, "teacher") == []
