@@ -111,15 +111,11 @@ def write_targets(cfg: dict, tenant: dict, mode: str, splits: dict[str, tuple[st
         samples = list(read_jsonl(src))
         if mode == "teacher":
             out[name], picked = samples, ["teacher"] * len(samples)
-        elif mode == "history":
-            rows = {r["query_id"]: r for r in eval_rows(src, queries, None)}
-            picks = [{"target": "teacher+history",
-                      "text": with_history(s["messages"][-1]["content"], rows[s["meta"]["query_id"]])}
-                     for s in samples]
-            out[name], picked = retarget(samples, picks), [p["target"] for p in picks]
         else:
             rows = {r["query_id"]: r for r in eval_rows(src, queries, None)}
-            picks = choose_targets(cfg, tenant, samples, rows)
+            picks = ([{"target": "teacher+history",
+                       "text": with_history(s["messages"][-1]["content"], rows[s["meta"]["query_id"]])}
+                      for s in samples] if mode == "history" else choose_targets(cfg, tenant, samples, rows))
             out[name], picked = retarget(samples, picks), [p["target"] for p in picks]
         counts[name] = {"rows": len(samples), "chosen": dict(Counter(picked))}
     for name, (_, dst) in splits.items():
