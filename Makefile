@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 CORES  ?= 2
 
 .PHONY: run run-quick test test-fast env test-env bench clean base-wheels gpu-rehearsal-run
-.PHONY: container-tools containers containers-remove containers-save test-containers cqr-data cqr durdev-data durdev rl-check test-tools gpu-kit gpu-rehearsal
+.PHONY: slurm-tools container-tools containers containers-remove containers-save test-containers cqr-data cqr durdev-data durdev rl-check test-tools gpu-kit gpu-rehearsal
 .PHONY: gpu-rehearsal-clean gpu-rehearsal-wheels
 
 $(BIN)/python:
@@ -78,6 +78,13 @@ test-fast: $(VENV)/.test-env
 test-tools:
 	@command -v chromium >/dev/null || \
 	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$(grep -v '^#' envs/apt-test.txt); }
+
+# Slurm, munge and MariaDB for the tests' single-node cluster (tests/slurm/apt.txt): the Slurm test installs them
+# itself when missing; .ci/run installs them beside the pip envs, off the test workers' clock.
+slurm-tools:
+	@command -v slurmctld >/dev/null && command -v mariadbd >/dev/null && command -v munged >/dev/null || \
+	    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	      $$(grep -v '^#' tests/slurm/apt.txt); }
 
 container-tools:
 	@command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null || \

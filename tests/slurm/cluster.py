@@ -24,7 +24,8 @@ from pathlib import Path
 
 ETC = Path("/etc/slurm")
 MARKER = "# written by qrewrite tests/slurm/cluster.py (throwaway test cluster)"
-APT_PACKAGES = ["slurm-wlm", "slurmdbd", "munge", "mariadb-server"]
+APT_PACKAGES = [line.strip() for line in (Path(__file__).parent / "apt.txt").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]  # also `make slurm-tools`
 BINARIES = ["slurmctld", "slurmd", "slurmdbd", "sbatch", "srun", "sacct", "sacctmgr", "squeue", "scontrol",
             "sinfo", "munged", "munge", "unmunge", "mariadbd", "mariadb"]
 NODE_MEM_MB = 1_100_000  # declared (SlurmdParameters=config_overrides): fits the profile's GPU jobs; not enforced
