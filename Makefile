@@ -161,12 +161,16 @@ PYTHON312 ?= $(shell command -v python3.12 >/dev/null 2>&1 && python3.12 -c 'imp
 
 # The learning run's tenant (its SFT student travels: the sft stage's adapter and the base GGUF) and the configfiles
 # over config.yaml that make it, as for snakemake (dur-dev: GPU_KIT_LEARN_TENANT=durdev
-# GPU_KIT_CONFIGFILES=data/durdev/config.yaml after `make durdev`; CI: .ci/gpu-kit.yaml, a 2-step SFT).
+# GPU_KIT_CONFIGFILES=data/durdev/config.yaml after `make durdev`; CI: .ci/gpu-kit.yaml, a 2-step SFT on a cut base).
+# With one tenant for both, the first call takes those configfiles too: a configfile that changes base_model (CI's
+# cut) then converts the GGUF once, beside the data rules. (Another learn tenant's configfile, dur-dev's, replaces
+# the tenant list, so the check tenant's call goes without it.)
 GPU_KIT_LEARN_TENANT ?= $(GPU_KIT_TENANT)
 GPU_KIT_CONFIGFILES ?=
 gpu-kit: $(VENV)/.data-env .venvs/swift/.installed .venvs/verl/.installed .venvs/kit/.installed
 	$(BIN)/snakemake --cores $(CORES) models/base results/$(GPU_KIT_TENANT)/rl/train.parquet \
-	    results/$(GPU_KIT_TENANT)/reward_check.json
+	    results/$(GPU_KIT_TENANT)/reward_check.json \
+	    $(if $(and $(GPU_KIT_CONFIGFILES),$(filter $(GPU_KIT_TENANT),$(GPU_KIT_LEARN_TENANT))),--configfile $(GPU_KIT_CONFIGFILES))
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --cores $(CORES) models/$(GPU_KIT_LEARN_TENANT)/sft-merged \
 	    results/$(GPU_KIT_LEARN_TENANT)/rl/train.parquet results/$(GPU_KIT_LEARN_TENANT)/reward_check.json \
 	    $(if $(GPU_KIT_CONFIGFILES),--configfile $(GPU_KIT_CONFIGFILES))

@@ -72,7 +72,7 @@ if [ "$PART" != 2 ]; then
   if [ ! -f "$W/models/sft/config.json" ]; then
     say "student: $TENANT's SFT student from the base GGUF and its adapter"
     phase student -- $PY -m qrewrite.gpucheck.student build --gguf "$W/learn-files/base.gguf" --adapter "$L/sft" \
-      --base-dir "$W/models/base" --out "$W/models/sft" --stats "$W/stats/student.json" || finish
+      --base-dir "$W/models/base" --out "$W/models/sft" --tenant-config "$W/cfg/learn.yaml" --stats "$W/stats/student.json" || finish
   fi
   mark student
   say "grpo: one epoch of the RL prompts, in its own session (budget ${RL_BUDGET_S} s)"

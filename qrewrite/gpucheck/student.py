@@ -7,7 +7,7 @@ peft (`merge_and_unload`, what `swift export --merge_lora` does under the hood).
 same student: the first rows of the test split, rewritten by the eval's own generation
 (`eval.generate.generate_rewrites`, float32), must equal what models/T/sft-merged wrote on the CPU at kit time.
 
-  python -m qrewrite.gpucheck.student build --gguf G --adapter A --out DIR [--base-dir B]
+  python -m qrewrite.gpucheck.student build --gguf G --adapter A --out DIR --base-dir B [--tenant-config C]
   python -m qrewrite.gpucheck.student reference --model DIR --tenant-config C --rows R.jsonl --out REF.json
   python -m qrewrite.gpucheck.student compare --model DIR --tenant-config C --reference REF.json --out CMP.json
 """
@@ -26,8 +26,11 @@ from ..io_utils import atomic_dir, read_jsonl, write_json
 REFERENCE_ROWS = 8  # rows rewritten at kit time (CPU) and again from the rebuilt student
 
 
-def build(gguf: str | Path, adapter: str | Path, out: str | Path, *, base_dir: str | Path) -> dict:
-    """out <- base (converted from gguf into base_dir, kept for a rerun) with the adapter merged; timings."""
+def build(gguf: str | Path, adapter: str | Path, out: str | Path, *, base_dir: str | Path,
+          layers: int | None = None) -> dict:
+    """out <- base (converted from gguf into base_dir, kept for a rerun) with the adapter merged; timings.
+    ``layers``: the kit config's base_model.layers (CI's kit cuts the base, .ci/gpu-kit.yaml): the base the adapter
+    was trained on, or the reference check fails."""
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -37,7 +40,7 @@ def build(gguf: str | Path, adapter: str | Path, out: str | Path, *, base_dir: s
     t0 = time.monotonic()
     base_dir, out = Path(base_dir), Path(out)
     converted = not is_converted(base_dir)
-    convert_gguf(base_dir, gguf_path=gguf, tie=True)
+    convert_gguf(base_dir, gguf_path=gguf, tie=True, layers=layers)
     t1 = time.monotonic()
     if not (Path(adapter) / "adapter_config.json").is_file():
         raise QrewriteError("no LoRA adapter (adapter_config.json)", file=str(adapter),
@@ -47,7 +50,7 @@ def build(gguf: str | Path, adapter: str | Path, out: str | Path, *, base_dir: s
     with atomic_dir(out) as tmp:
         merged.save_pretrained(str(tmp), safe_serialization=True)
         AutoTokenizer.from_pretrained(str(base_dir)).save_pretrained(str(tmp))
-    return {"base_converted_here": converted, "convert_s": round(t1 - t0, 1),
+    return {"base_converted_here": converted, "layers": layers, "convert_s": round(t1 - t0, 1),
             "merge_s": round(time.monotonic() - t1, 1), "out": str(out)}
 
 
@@ -88,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--adapter", required=True)
     p.add_argument("--base-dir", required=True, help="the converted base (kept: a rerun does not convert again)")
     p.add_argument("--out", required=True)
+    p.add_argument("--tenant-config", help="the learning run's config: its base_model.layers cuts the base as the "
+                   "kit's sft stage did (none: every decoder block)")
     p.add_argument("--stats", help="JSON with the timings")
     for name in ("reference", "compare"):
         p = sub.add_parser(name, help="the CPU reference rewrites (kit time)" if name == "reference"
@@ -103,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.cmd == "build":
-            info = build(args.gguf, args.adapter, args.out, base_dir=args.base_dir)
+            layers = tenant_from(args.tenant_config)[0]["base_model"].get("layers") if args.tenant_config else None
+            info = build(args.gguf, args.adapter, args.out, base_dir=args.base_dir, layers=layers)
             if args.stats:
                 write_json(args.stats, info)
             print(json.dumps(info))
