@@ -44,8 +44,37 @@ def test_lora_and_model_args(build, hp):
 @pytest.mark.parametrize("build,hp", [(sc.sft_cmd, _sft_hp), (sc.grpo_cmd, _grpo_hp)])
 def test_dtype_args_cpu_vs_cuda(build, hp):
     cpu, cuda = build(hp(device="cpu")), build(hp(device="cuda"))
-    assert _opt(cpu, "--torch_dtype") == "float32" and "--bf16" not in cpu
-    assert _opt(cuda, "--torch_dtype") == "bfloat16" and _opt(cuda, "--bf16") == "true"
+    # fp16 said false: ms-swift would otherwise record `fp16: true` for a float32 run (inert on a CPU)
+    assert [_opt(cpu, k) for k in ("--torch_dtype", "--fp16", "--bf16")] == ["float32", "false", "false"]
+    assert "--use_cpu" not in cpu
+    assert [_opt(cuda, k) for k in ("--torch_dtype", "--fp16", "--bf16")] == ["bfloat16", "false", "true"]
+
+
+def test_precision_bf16_on_cpu_is_autocast_over_float32_weights():
+    argv = sc.sft_cmd(_sft_hp(device="cpu", precision="bfloat16"))
+    assert [_opt(argv, k) for k in ("--torch_dtype", "--fp16", "--bf16", "--use_cpu")] == ["float32", "false", "true", "true"]
+    assert _opt(sc.sft_cmd(_sft_hp(device="cuda", precision="float32")), "--torch_dtype") == "float32"
+    with pytest.raises(QrewriteError, match="resolved by the caller"):
+        sc.sft_cmd(_sft_hp(precision="auto"))
+
+
+def test_sft_precision_auto_follows_the_cpu(monkeypatch):
+    """train.sft.precision: auto is bfloat16 where bf16 is native (cuda, a CPU with bf16 units), float32 elsewhere;
+    the schema's default stays float32 (this reads the config, not a CPU)."""
+    from qrewrite import hardware
+    from qrewrite.config import load_config
+    from qrewrite.training.sft import sft_hparams
+
+    cfg = load_config(str(REPO / "config.yaml"))
+    cfg["train"]["sft"].pop("precision", None)
+    assert sft_hparams(cfg)["precision"] == "float32"
+    cfg["train"]["sft"]["precision"] = "auto"
+    assert sft_hparams(cfg)["precision"] == ("bfloat16" if hardware.cpu_has_bf16() else "float32")
+    for has, want in ((True, "bfloat16"), (False, "float32")):
+        monkeypatch.setattr(hardware, "cpu_has_bf16", lambda has=has: has)
+        assert sft_hparams(cfg)["precision"] == want
+    cfg["train"]["device"] = "cuda"
+    assert sft_hparams(cfg)["precision"] == "bfloat16"
 
 
 def test_export_and_infer_dtype():

@@ -25,6 +25,7 @@ import logging
 import time
 
 from ..errors import QrewriteError
+from ..hardware import cpu_has_bf16, native_bf16
 from ..prompts import rewrite_messages
 
 log = logging.getLogger(__name__)
@@ -84,8 +85,7 @@ def dtype_name(dtype: str | None, device: str, has_bf16: bool | None = None) -> 
     (~12x slower than float32 on an AMD EPYC without them, 2026-12-05). The one rule for the in-process eval and the
     deploy check's server, so both load the weights alike."""
     if dtype == "auto":
-        native = device == "cuda" or (cpu_has_bf16() if has_bf16 is None else has_bf16)
-        return "bfloat16" if native else "float32"
+        return "bfloat16" if native_bf16(device, has_bf16) else "float32"
     return dtype or ("bfloat16" if device == "cuda" else "float32")
 
 
@@ -103,14 +103,6 @@ def weights_dtype(dtype: str | None, device: str):
     return getattr(torch, dtype)
 
 
-def cpu_has_bf16() -> bool:
-    """Whether the CPU multiplies bf16 natively (Linux: /proc/cpuinfo's flags); elsewhere assumed not."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
-            flags = next((line.split(":", 1)[1].split() for line in fh if line.startswith("flags")), [])
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_size: int, max_new_tokens: int,

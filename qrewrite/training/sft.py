@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..config import base_model_swift
 from ..errors import QrewriteError
+from ..hardware import native_bf16
 from ..io_utils import atomic_dir, read_jsonl
 from . import resume
 from . import swift_cmds as sc
@@ -22,8 +23,14 @@ SCHEDULE_KEYS = ("evals_per_epoch", "early_stop_evals", "max_wall_minutes")
 
 
 def sft_hparams(cfg: dict) -> dict:
-    """The `swift sft` hyper-parameters for this config: train.sft + device + the base model's swift type."""
-    return {**cfg["train"]["sft"], "device": cfg["train"]["device"], **base_model_swift(cfg)}
+    """The `swift sft` hyper-parameters for this config: train.sft + device + the base model's swift type, with
+    train.sft.precision resolved for this machine (auto: bfloat16 where it is native, float32 where it would be
+    emulated), so stats and lineage say what ran."""
+    sft, device = cfg["train"]["sft"], cfg["train"]["device"]
+    precision = sft.get("precision") or "float32"
+    if precision == "auto":
+        precision = "bfloat16" if native_bf16(device) else "float32"
+    return {**sft, "device": device, "precision": precision, **base_model_swift(cfg)}
 
 
 def schedule(hp: dict, n_train: int, world_size: int = 1) -> dict:

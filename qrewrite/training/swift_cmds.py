@@ -19,7 +19,8 @@ Verified with ms-swift 4.6.0 / transformers 5.19.0 / trl 0.29.1 / peft 0.20.0 on
   ``TENSORBOARD_LOGGING_DIR`` in the environment would win. ``run_swift`` removes it.
 * ``--check_model false``: otherwise the trainer asks ModelScope whether the local
   model is the latest version (4 network retries, ~7 s wasted offline).
-* bf16 only on GPU: on CPU we pass ``--torch_dtype float32`` and no ``--bf16``.
+* float32 weights on CPU; ``precision: bfloat16`` trains them under bf16 autocast there (``--bf16 true
+  --use_cpu true``), bf16 weights on GPU; ``--fp16 false`` always (``_dtype_args``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ from qrewrite.errors import QrewriteError
 SFT_DEFAULTS: dict[str, Any] = {
     "model_type": "llama",
     "template": "chatml",
-    "device": "cpu",              # "cpu" or "cuda"; decides dtype / bf16
+    "device": "cpu",              # "cpu" or "cuda"; with precision, decides dtype / bf16
+    "precision": None,            # float32 or bfloat16 (None: bfloat16 on cuda, float32 on cpu)
     "lora_rank": 8,
     "lora_alpha": 32,
     "lora_dropout": 0.05,
@@ -162,9 +164,20 @@ def _output_args(cfg: Mapping[str, Any]) -> list[str]:
 
 
 def _dtype_args(cfg: Mapping[str, Any]) -> list[str]:
-    if str(cfg.get("device", "cpu")).startswith("cuda"):
-        return ["--torch_dtype", "bfloat16", "--bf16", "true"]
-    return ["--torch_dtype", "float32"]
+    """The weights' dtype first (export and infer take only it), then the mixed precision, always said: ms-swift
+    turns a float32 run into `fp16: true` (inert on a CPU, but what its args.json records). `precision` (resolved
+    by the caller, never auto here): bfloat16 is bf16 weights on cuda, float32 weights under bf16 autocast on a CPU
+    (the master weights and the optimizer stay float32; transformers needs use_cpu for bf16 there)."""
+    cuda = str(cfg.get("device", "cpu")).startswith("cuda")
+    precision = cfg.get("precision") or ("bfloat16" if cuda else "float32")
+    if precision not in ("float32", "bfloat16"):
+        raise QrewriteError(f"precision {precision!r}: float32 or bfloat16 (auto is resolved by the caller: "
+                            "qrewrite.hardware.native_bf16)")
+    if precision == "float32":
+        return ["--torch_dtype", "float32", "--fp16", "false", "--bf16", "false"]
+    if cuda:
+        return ["--torch_dtype", "bfloat16", "--fp16", "false", "--bf16", "true"]
+    return ["--torch_dtype", "float32", "--fp16", "false", "--bf16", "true", "--use_cpu", "true"]
 
 
 # The linear layers of a Llama/Qwen2 decoder block, as named under `model.layers.N.`.

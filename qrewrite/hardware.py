@@ -1,0 +1,26 @@
+"""What the machine's CPU can do, read once from the OS: the one place that decides whether bf16 is native here.
+
+A CPU with bf16 units (AVX512-BF16 / AMX) multiplies bf16 faster than float32; one without emulates it, slower than
+float32 (~12x for generation on an AMD EPYC without them, 2026-12-05). The eval's weights dtype and SFT's mixed
+precision both follow it where their config says `auto`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_has_bf16() -> bool:
+    """Whether the CPU multiplies bf16 natively (Linux: /proc/cpuinfo's flags); elsewhere assumed not."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
+            flags = next((line.split(":", 1)[1].split() for line in fh if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def native_bf16(device: str, has_bf16: bool | None = None) -> bool:
+    """bf16 runs natively on this device: always on cuda, on a CPU with bf16 units (`has_bf16`, else read here)."""
+    return str(device).startswith("cuda") or (cpu_has_bf16() if has_bf16 is None else has_bf16)
