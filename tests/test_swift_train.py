@@ -60,7 +60,7 @@ def test_precision_bf16_on_cpu_is_autocast_over_float32_weights():
 
 def test_sft_precision_auto_follows_the_cpu(monkeypatch):
     """train.sft.precision: auto is bfloat16 where bf16 is native (cuda, a CPU with bf16 units), float32 elsewhere;
-    the schema's default stays float32 (this reads the config, not a CPU)."""
+    the schema's default (null) is float32 on a CPU, bfloat16 on cuda, as before the setting existed."""
     from qrewrite import hardware
     from qrewrite.config import load_config
     from qrewrite.training.sft import sft_hparams
@@ -74,6 +74,8 @@ def test_sft_precision_auto_follows_the_cpu(monkeypatch):
         monkeypatch.setattr(hardware, "cpu_has_bf16", lambda has=has: has)
         assert sft_hparams(cfg)["precision"] == want
     cfg["train"]["device"] = "cuda"
+    assert sft_hparams(cfg)["precision"] == "bfloat16"
+    cfg["train"]["sft"]["precision"] = None
     assert sft_hparams(cfg)["precision"] == "bfloat16"
 
 

@@ -27,7 +27,7 @@ def sft_hparams(cfg: dict) -> dict:
     train.sft.precision resolved for this machine (auto: bfloat16 where it is native, float32 where it would be
     emulated), so stats and lineage say what ran."""
     sft, device = cfg["train"]["sft"], cfg["train"]["device"]
-    precision = sft.get("precision") or "float32"
+    precision = sft.get("precision") or ("bfloat16" if str(device).startswith("cuda") else "float32")
     if precision == "auto":
         precision = "bfloat16" if native_bf16(device) else "float32"
     return {**sft, "device": device, "precision": precision, **base_model_swift(cfg)}
