@@ -244,6 +244,23 @@ def test_keep_layers_cuts_the_decoder_blocks_and_refuses_more_than_there_are():
             keep_layers(model, n)
 
 
+def test_a_conversion_is_reused_only_with_the_settings_it_was_made_with(tmp_path):
+    """convert_gguf keeps a complete folder only when its .conversion.json names the same layers and tie: the GPU
+    kit's student rebuild reuses its base folder across kits, and a base cut to 4 blocks is not the full one."""
+    from qrewrite.training.base_model import CONVERSION_FILE, REQUIRED_FILES, conversion_matches
+
+    for name in REQUIRED_FILES:
+        (tmp_path / name).write_text("{}", encoding="utf-8")
+    assert not conversion_matches(tmp_path, layers=None, tie=True)  # converted before the file existed: again
+    (tmp_path / CONVERSION_FILE).write_text(json.dumps({"gguf": "q.gguf", "layers": 4, "tie": True}), encoding="utf-8")
+    assert conversion_matches(tmp_path, layers=4, tie=True)
+    assert not conversion_matches(tmp_path, layers=None, tie=True)
+    assert not conversion_matches(tmp_path, layers=2, tie=True)
+    assert not conversion_matches(tmp_path, layers=4, tie=False)
+    (tmp_path / "model.safetensors").unlink()
+    assert not conversion_matches(tmp_path, layers=4, tie=True)  # incomplete
+
+
 # --------------------------------------------------------------------------------------------- verl
 
 def test_verl_rl_command_from_the_cluster_config(tmp_path):

@@ -35,11 +35,11 @@ def build(gguf: str | Path, adapter: str | Path, out: str | Path, *, base_dir: s
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ..training.base_model import convert_gguf, is_converted
+    from ..training.base_model import conversion_matches, convert_gguf
 
     t0 = time.monotonic()
     base_dir, out = Path(base_dir), Path(out)
-    converted = not is_converted(base_dir)
+    converted = not conversion_matches(base_dir, layers=layers, tie=True)  # a base cut otherwise is converted again
     convert_gguf(base_dir, gguf_path=gguf, tie=True, layers=layers)
     t1 = time.monotonic()
     if not (Path(adapter) / "adapter_config.json").is_file():

@@ -33,6 +33,7 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # Files a converted folder must contain to count as complete.
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer_config.json")
 TIE_CHECK_FILE = ".tie-check.json"
+CONVERSION_FILE = ".conversion.json"  # the settings a folder was converted with (conversion_matches)
 # Tying check: greedy next-token of the tied model must equal the untied one's on this sample, and the
 # logits may differ by at most TIE_MAX_LOGIT_DIFF (measured on the Qwen GGUF: docs/training.md).
 TIE_SAMPLE = [{"role": "user", "content": "把这个问题改写成完整的检索问题：它一天吃几片？"}]
@@ -61,6 +62,17 @@ def find_gguf() -> Path:
 def is_converted(out_dir: str | os.PathLike) -> bool:
     out = Path(out_dir)
     return all((out / name).is_file() for name in REQUIRED_FILES)
+
+
+def conversion_matches(out_dir: str | os.PathLike, *, layers: int | None, tie: bool) -> bool:
+    """A complete conversion made with these settings (its CONVERSION_FILE says): a folder cut to 4 blocks is not
+    the full base a rerun asks for, nor the reverse. A folder without the file (converted before it existed) does
+    not match, so it is converted again."""
+    out = Path(out_dir)
+    if not is_converted(out) or not (out / CONVERSION_FILE).is_file():
+        return False
+    made = json.loads((out / CONVERSION_FILE).read_text(encoding="utf-8"))
+    return made.get("layers") == layers and made.get("tie") == tie
 
 
 def _sample_logits(model, tok):
@@ -167,13 +179,14 @@ def convert_gguf(out_dir: str | os.PathLike, *, force: bool = False,
                  gguf_path: str | os.PathLike | None = None, tie: bool = False, layers: int | None = None) -> Path:
     """Convert the packaged GGUF to an HF folder at ``out_dir``; return its path.
 
-    If ``out_dir`` already holds a complete conversion it is kept unless ``force``.
+    If ``out_dir`` already holds a complete conversion with the same ``layers`` and ``tie`` it is kept unless
+    ``force``; one made with other settings is replaced (``conversion_matches``).
     The weights are dequantised (Q4_1 -> float32) by transformers' GGUF loader. ``tie``: store the input
     embedding and output head once (``tie_embeddings``), checked by ``check_tied_folder``, whose numbers
     go to ``.tie-check.json`` in the folder. ``layers``: keep only the first N decoder blocks (``keep_layers``).
     """
     out = Path(out_dir).resolve()
-    if is_converted(out) and not force:
+    if not force and conversion_matches(out, layers=layers, tie=tie):
         return out
     gguf = Path(gguf_path).resolve() if gguf_path else find_gguf()
     if not gguf.is_file():
@@ -215,6 +228,8 @@ def convert_gguf(out_dir: str | os.PathLike, *, force: bool = False,
             (tmp / TIE_CHECK_FILE).write_text(json.dumps(check, indent=1) + "\n", encoding="utf-8")
         if not getattr(tok, "chat_template", None):
             raise QrewriteError(f"{gguf.name}: tokenizer has no chat template after conversion")
+        (tmp / CONVERSION_FILE).write_text(json.dumps({"gguf": gguf.name, "layers": layers, "tie": tie}) + "\n",
+                                           encoding="utf-8")
         missing = [n for n in REQUIRED_FILES if not (tmp / n).is_file()]
         if missing:
             raise QrewriteError(f"conversion incomplete, missing {missing} in {tmp}")
