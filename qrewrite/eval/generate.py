@@ -103,8 +103,6 @@ def weights_dtype(dtype: str | None, device: str):
     return getattr(torch, dtype)
 
 
-
-
 def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_size: int, max_new_tokens: int,
                       threads: int | None, device: str, latency_sample: int = 0,
                       repetition_penalty: float | None = None,
