@@ -47,7 +47,9 @@ def _rows(n: int) -> list[dict]:
 
 @pytest.mark.slow
 def test_a_tenant_twice_the_size_trains_twice_the_steps(tmp_path, smollm2_base):
-    """Two real `qrewrite sft` runs (SmolLM2, 1 epoch, batch 4) on 8 and 16 rows: 2 and 4 optimizer steps."""
+    """Two real `qrewrite sft` runs (SmolLM2, 1 epoch, batch 4) on 8 and 16 rows: 2 and 4 optimizer steps. The
+    first trains in float32, the second under bf16 autocast (train.sft.precision), and each run's args.json (what
+    ms-swift records) says which: fp16 false in both, never the inert `fp16: true` it wrote for float32 runs."""
     project = Project(tmp_path / "proj")
     cfg = project.config
     cfg["base_model"] = dict(TINY_BASE)
@@ -57,7 +59,9 @@ def test_a_tenant_twice_the_size_trains_twice_the_steps(tmp_path, smollm2_base):
                             "gradient_accumulation_steps": 1, "max_length": 256, "logging_steps": 1}}
     project.set_config(cfg)
     steps = {}
-    for n in (8, 16):
+    for n, precision in ((8, "float32"), (16, "bfloat16")):
+        cfg["train"]["sft"]["precision"] = precision
+        project.set_config(cfg)
         d = project.root / f"d{n}"
         d.mkdir()
         for name, rows in (("train", _rows(n)), ("val", _rows(4))):
@@ -68,6 +72,9 @@ def test_a_tenant_twice_the_size_trains_twice_the_steps(tmp_path, smollm2_base):
                          timeout=900)
         stats = json.loads((d / "stats.json").read_text())
         assert stats["schedule"]["train_rows"] == n and stats["stopped"] == "epochs done"
+        assert stats["hparams"]["precision"] == precision
+        recorded = json.loads((d / "run" / "args.json").read_text())
+        assert (recorded["torch_dtype"], recorded["fp16"], recorded["bf16"]) == ("float32", False, precision == "bfloat16")
         steps[n] = stats["steps"]
     assert steps == {8: 2, 16: 4}
 
