@@ -40,13 +40,10 @@ def one_run(cfg: dict, paths: dict, precision: str, steps: int, threads: int, wo
     hp = {**S.sft_hparams(cfg), "precision": precision}
     run_dir = work / f"run-{precision}-{time.monotonic_ns()}"
     base = str(Path(paths["base_model"]).resolve())
-    cmd = {**{k: v for k, v in hp.items() if k not in S.SCHEDULE_KEYS}, "model": base,
-           "train_file": str(Path(paths["sft_train"]).resolve()), "val_file": str(Path(paths["sft_val"]).resolve()),
-           "output_dir": str(run_dir), "logging_dir": str(run_dir / "tb"),
-           "num_layers": sc.model_num_layers(base) if hp.get("lora_layers") else None,
-           "max_steps": steps, "eval_steps": steps, "save_steps": steps, "early_stop_interval": None,
-           "logging_steps": 1}
-    argv = sc.sft_cmd(cmd)
+    cmd = S.swift_sft_args(hp, base=base, train=str(Path(paths["sft_train"]).resolve()),
+                           val=str(Path(paths["sft_val"]).resolve()), run_dir=str(run_dir), tb_dir=str(run_dir / "tb"),
+                           steps=steps, eval_steps=steps, early_stop=None)
+    argv = sc.sft_cmd({**cmd, "logging_steps": 1})
     if precision == "bf16_weights":  # not a pipeline setting: the weights themselves in bf16
         i = argv.index("--torch_dtype")
         argv[i + 1] = "bfloat16"

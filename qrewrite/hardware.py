@@ -24,3 +24,12 @@ def cpu_has_bf16() -> bool:
 def native_bf16(device: str, has_bf16: bool | None = None) -> bool:
     """bf16 runs natively on this device: always on cuda, on a CPU with bf16 units (`has_bf16`, else read here)."""
     return str(device).startswith("cuda") or (cpu_has_bf16() if has_bf16 is None else has_bf16)
+
+
+def resolve_dtype(setting: str | None, device: str, has_bf16: bool | None = None) -> str:
+    """A dtype setting as it runs here, the one rule for the eval's weights (eval.generation.dtype) and SFT's
+    arithmetic (train.sft.precision): null is bfloat16 on cuda and float32 on a CPU (the rule before either setting
+    existed), auto is bfloat16 where it is native (`native_bf16`), anything else is itself."""
+    if setting == "auto":
+        return "bfloat16" if native_bf16(device, has_bf16) else "float32"
+    return setting or ("bfloat16" if str(device).startswith("cuda") else "float32")

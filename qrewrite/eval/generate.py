@@ -25,7 +25,7 @@ import logging
 import time
 
 from ..errors import QrewriteError
-from ..hardware import cpu_has_bf16, native_bf16
+from ..hardware import cpu_has_bf16, resolve_dtype
 from ..prompts import rewrite_messages
 
 log = logging.getLogger(__name__)
@@ -84,9 +84,7 @@ def dtype_name(dtype: str | None, device: str, has_bf16: bool | None = None) -> 
     CPU with bf16 units (`has_bf16`, else read from the CPU), float32 on one without, which would only emulate it
     (~12x slower than float32 on an AMD EPYC without them, 2026-12-05). The one rule for the in-process eval and the
     deploy check's server, so both load the weights alike."""
-    if dtype == "auto":
-        return "bfloat16" if native_bf16(device, has_bf16) else "float32"
-    return dtype or ("bfloat16" if device == "cuda" else "float32")
+    return resolve_dtype(dtype, device, has_bf16)
 
 
 def weights_dtype(dtype: str | None, device: str):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..config import base_model_swift
 from ..errors import QrewriteError
-from ..hardware import native_bf16
+from ..hardware import resolve_dtype
 from ..io_utils import atomic_dir, read_jsonl
 from . import resume
 from . import swift_cmds as sc
@@ -27,10 +27,7 @@ def sft_hparams(cfg: dict) -> dict:
     train.sft.precision resolved for this machine (auto: bfloat16 where it is native, float32 where it would be
     emulated), so stats and lineage say what ran."""
     sft, device = cfg["train"]["sft"], cfg["train"]["device"]
-    precision = sft.get("precision") or ("bfloat16" if str(device).startswith("cuda") else "float32")
-    if precision == "auto":
-        precision = "bfloat16" if native_bf16(device) else "float32"
-    return {**sft, "device": device, "precision": precision, **base_model_swift(cfg)}
+    return {**sft, "device": device, "precision": resolve_dtype(sft.get("precision"), device), **base_model_swift(cfg)}
 
 
 def schedule(hp: dict, n_train: int, world_size: int = 1) -> dict:
@@ -64,6 +61,16 @@ def eval_history(run_dir: str | Path) -> dict:
     return {"train": train, "eval": evals}
 
 
+def swift_sft_args(hp: dict, *, base: str, train: str, val: str, run_dir: str, tb_dir: str, steps: int,
+                   eval_steps: int, early_stop: int | None) -> dict:
+    """`sc.sft_cmd`'s dict for these hyper-parameters (`sft_hparams`) and this schedule: a checkpoint at every
+    evaluation. The pipeline's run and bench/sft_precision.py build their commands here."""
+    return {**{k: v for k, v in hp.items() if k not in SCHEDULE_KEYS}, "model": base, "train_file": train,
+            "val_file": val, "output_dir": run_dir, "logging_dir": tb_dir,
+            "num_layers": sc.model_num_layers(base) if hp.get("lora_layers") else None,
+            "max_steps": steps, "eval_steps": eval_steps, "save_steps": eval_steps, "early_stop_interval": early_stop}
+
+
 def run_sft(cfg: dict, *, base: str, train: str, val: str, out: str, run_dir: str, tb_dir: str,
             log_file: str | None = None, threads: int | None = None) -> dict:
     """Train (or resume an interrupted run of the same command), then copy the best checkpoint's adapter
@@ -72,11 +79,8 @@ def run_sft(cfg: dict, *, base: str, train: str, val: str, out: str, run_dir: st
     shutil.rmtree(tb_dir, ignore_errors=True)  # a Snakemake output: it deletes it before a rerun anyway
     # torchrun's process count on a multi-GPU node (swift reads NPROC_PER_NODE): the global batch grows with it
     plan = schedule(hp, len(read_jsonl(train)), int(os.environ.get("NPROC_PER_NODE", "1")))
-    cmd = {**{k: v for k, v in hp.items() if k not in SCHEDULE_KEYS}, "model": base, "train_file": train,
-           "val_file": val, "output_dir": run_dir, "logging_dir": tb_dir,
-           "num_layers": sc.model_num_layers(base) if hp.get("lora_layers") else None,
-           "max_steps": plan["planned_steps"], "eval_steps": plan["eval_steps"], "save_steps": plan["eval_steps"],
-           "early_stop_interval": hp.get("early_stop_evals")}
+    cmd = swift_sft_args(hp, base=base, train=train, val=val, run_dir=run_dir, tb_dir=tb_dir,
+                         steps=plan["planned_steps"], eval_steps=plan["eval_steps"], early_stop=hp.get("early_stop_evals"))
     argv = sc.sft_cmd(cmd)
     # a different command or input wipes run_dir; the same one, killed, resumes from its last complete checkpoint
     ck = (resume.last_complete_hf_checkpoint(run_dir)

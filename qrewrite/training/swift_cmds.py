@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from qrewrite.errors import QrewriteError
+from qrewrite.hardware import resolve_dtype
 
 # --------------------------------------------------------------------------- defaults
 
@@ -168,11 +169,11 @@ def _dtype_args(cfg: Mapping[str, Any]) -> list[str]:
     turns a float32 run into `fp16: true` (inert on a CPU, but what its args.json records). `precision` (resolved
     by the caller, never auto here): bfloat16 is bf16 weights on cuda, float32 weights under bf16 autocast on a CPU
     (the master weights and the optimizer stay float32; transformers needs use_cpu for bf16 there)."""
-    cuda = str(cfg.get("device", "cpu")).startswith("cuda")
-    precision = cfg.get("precision") or ("bfloat16" if cuda else "float32")
-    if precision not in ("float32", "bfloat16"):
-        raise QrewriteError(f"precision {precision!r}: float32 or bfloat16 (auto is resolved by the caller: "
-                            "qrewrite.hardware.native_bf16)")
+    device = str(cfg.get("device", "cpu"))
+    if cfg.get("precision") not in (None, "float32", "bfloat16"):
+        raise QrewriteError(f"precision {cfg.get('precision')!r}: float32 or bfloat16 (auto is resolved by the "
+                            "caller: qrewrite.hardware.resolve_dtype)")
+    cuda, precision = device.startswith("cuda"), resolve_dtype(cfg.get("precision"), device)
     if precision == "float32":
         return ["--torch_dtype", "float32", "--fp16", "false", "--bf16", "false"]
     if cuda:
