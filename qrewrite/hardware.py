@@ -27,9 +27,11 @@ def native_bf16(device: str, has_bf16: bool | None = None) -> bool:
 
 
 def resolve_dtype(setting: str | None, device: str, has_bf16: bool | None = None) -> str:
-    """A dtype setting as it runs here, the one rule for the eval's weights (eval.generation.dtype) and SFT's
-    arithmetic (train.sft.precision): null is bfloat16 on cuda and float32 on a CPU (the rule before either setting
-    existed), auto is bfloat16 where it is native (`native_bf16`), anything else is itself."""
+    """A dtype setting as it runs here, the one rule for the eval's weights (eval.generation.dtype, loaded alike by
+    the in-process eval and the deploy check's server) and SFT's arithmetic (train.sft.precision): null is bfloat16
+    on cuda and float32 on a CPU (the rule before either setting existed), auto is bfloat16 where it is native
+    (`native_bf16`) and float32 on a CPU without bf16 units, which would only emulate it (~12x slower than float32
+    on an AMD EPYC without them, 2026-12-05), anything else is itself."""
     if setting == "auto":
         return "bfloat16" if native_bf16(device, has_bf16) else "float32"
     return setting or ("bfloat16" if str(device).startswith("cuda") else "float32")

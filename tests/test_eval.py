@@ -438,12 +438,12 @@ def test_generation_kwargs_pass_each_decoding_key_of_the_config_to_generate_rewr
 
 
 def test_auto_dtype_is_bfloat16_only_where_it_runs_natively():
-    from qrewrite.eval.generate import cpu_has_bf16, dtype_name
+    from qrewrite.hardware import cpu_has_bf16, resolve_dtype
 
-    assert dtype_name("auto", "cuda", has_bf16=False) == "bfloat16"
-    assert dtype_name("auto", "cpu", has_bf16=True) == "bfloat16"
-    assert dtype_name("auto", "cpu", has_bf16=False) == "float32"  # emulated bf16 is slower than float32
-    assert dtype_name("auto", "cpu") == ("bfloat16" if cpu_has_bf16() else "float32")  # this machine's own flags
+    assert resolve_dtype("auto", "cuda", has_bf16=False) == "bfloat16"
+    assert resolve_dtype("auto", "cpu", has_bf16=True) == "bfloat16"
+    assert resolve_dtype("auto", "cpu", has_bf16=False) == "float32"  # emulated bf16 is slower than float32
+    assert resolve_dtype("auto", "cpu") == ("bfloat16" if cpu_has_bf16() else "float32")  # this machine's own flags
     # explicit settings and null keep their meaning
-    assert [dtype_name(d, "cpu", has_bf16=False) for d in ("bfloat16", "float32", None)] == ["bfloat16", "float32", "float32"]
-    assert dtype_name(None, "cuda") == "bfloat16"
+    assert [resolve_dtype(d, "cpu", has_bf16=False) for d in ("bfloat16", "float32", None)] == ["bfloat16", "float32", "float32"]
+    assert resolve_dtype(None, "cuda") == "bfloat16"

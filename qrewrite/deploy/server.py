@@ -25,7 +25,7 @@ from typing import Iterator
 import httpx
 
 from ..errors import QrewriteError
-from ..eval.generate import dtype_name
+from ..hardware import resolve_dtype
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +63,8 @@ def server_argv(backend: str, model: str, *, host: str, port: int, name: str, de
                 dtype: str | None = None) -> list[str]:
     """The server's command line. `launcher` replaces the executable (`vllm` / `swift deploy`), e.g. with
     [python, "-m", "swift.cli.deploy"]. Greedy decoding and max_tokens come with each request. dtype:
-    eval.generation.dtype, resolved as the in-process eval resolves it (`dtype_name`)."""
-    dtype = dtype_name(dtype, device)
+    eval.generation.dtype, resolved as the in-process eval resolves it (`resolve_dtype`)."""
+    dtype = resolve_dtype(dtype, device)
     if backend == "vllm":
         argv = [*(launcher or ["vllm", "serve"]), model, "--host", host, "--port", str(port),
                 "--served-model-name", name, "--dtype", dtype]

@@ -79,22 +79,14 @@ def generation_kwargs(gen: dict, **overrides) -> dict:
     return {**{k: gen[k] for k in DECODING_KEYS}, **overrides}
 
 
-def dtype_name(dtype: str | None, device: str, has_bf16: bool | None = None) -> str:
-    """eval.generation.dtype as loaded: null is bfloat16 on cuda, float32 on cpu; auto is bfloat16 on cuda and on a
-    CPU with bf16 units (`has_bf16`, else read from the CPU), float32 on one without, which would only emulate it
-    (~12x slower than float32 on an AMD EPYC without them, 2026-12-05). The one rule for the in-process eval and the
-    deploy check's server, so both load the weights alike."""
-    return resolve_dtype(dtype, device, has_bf16)
-
-
 def weights_dtype(dtype: str | None, device: str):
-    """The torch dtype the model is loaded in (`dtype_name`). bfloat16 on a CPU halves the bytes each decoding step
+    """The torch dtype the model is loaded in (`qrewrite.hardware.resolve_dtype`). bfloat16 on a CPU halves the bytes each decoding step
     reads and runs its matrix products on the CPU's bf16 units (AVX512-BF16 / AMX): 1.7-4.8x faster here, no student
     lower on validation (8 measured) (docs/training.md). A CPU without them emulates bf16, slower than float32: said
     in the log."""
     import torch
 
-    dtype = dtype_name(dtype, device)
+    dtype = resolve_dtype(dtype, device)
     if dtype == "bfloat16" and device == "cpu" and not cpu_has_bf16():
         log.warning("eval.generation.dtype is bfloat16 but this CPU has no bf16 instructions (avx512_bf16 / "
                     "amx_bf16): torch emulates them, slower than float32; set eval.generation.dtype: auto (or float32)")
