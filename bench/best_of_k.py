@@ -23,12 +23,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 from common import RESULTS, study_args, write_result  # noqa: E402
+from route_confidence import student_texts  # noqa: E402
 
 from qrewrite.config import load_config, tenant_config  # noqa: E402
 from qrewrite.eval.candidates import eval_rows  # noqa: E402
 from qrewrite.eval.degenerate import trim_loop  # noqa: E402
-from qrewrite.eval.route import PARTS, part_texts, with_history  # noqa: E402
-from qrewrite.io_utils import read_json  # noqa: E402
+from qrewrite.eval.route import PARTS, choose, part_texts, with_history  # noqa: E402
 from qrewrite.metrics import gold_ranking  # noqa: E402
 from qrewrite.paths import artifact_paths  # noqa: E402
 from qrewrite.prompts import rewrite_messages  # noqa: E402
@@ -64,9 +64,8 @@ def sample(model_dir: str, tenant: dict, rows: list[dict], k: int, temperature: 
 
 
 def route(scored: dict[str, tuple[float, float]], names: list[str]) -> float:
-    """Hit@1 of the text whose top hit scores highest among `names` (a tie keeps the earlier, as route.choose)."""
-    best = max(names, key=lambda n: (scored[n][0], -names.index(n)))
-    return scored[best][1]
+    """Hit@1 of the text whose top hit scores highest among `names` (route.choose: a tie keeps the earlier)."""
+    return scored[choose({n: scored[n][0] for n in names})][1]
 
 
 def measure(project: Path, tenant_name: str, k: int, temperature: float, threads: int, seed: int) -> dict:
@@ -75,10 +74,7 @@ def measure(project: Path, tenant_name: str, k: int, temperature: float, threads
     tenant = tenant_config(cfg, tenant_name)
     paths = artifact_paths(tenant)
     rows = [r for r in eval_rows(paths["val"], paths["queries"], None) if r["gold_doc_ids"]]
-    greedy = {}
-    for g in read_json(f"results/{tenant_name}/train/rl-val-rewrites.json")["generations"]:
-        if g["name"] == "sft":
-            greedy = {qid: t for (qid, _), t in zip(g["prompts"], g["rewrites"])}
+    greedy = student_texts(tenant_name)[("val", "sft")]  # the greedy rewrites the release scored
     start = time.perf_counter()
     samples = sample(paths["sft_merged"], tenant, rows, k, temperature,
                      cfg["eval"]["generation"]["max_new_tokens"], threads, seed)

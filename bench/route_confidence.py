@@ -32,7 +32,7 @@ from common import RESULTS, study_args, write_result  # noqa: E402
 
 from qrewrite.config import load_config, tenant_config  # noqa: E402
 from qrewrite.eval.candidates import eval_rows  # noqa: E402
-from qrewrite.eval.route import PARTS, part_texts  # noqa: E402
+from qrewrite.eval.route import PARTS, choose, part_texts  # noqa: E402
 from qrewrite.io_utils import read_json, read_jsonl  # noqa: E402
 from qrewrite.metrics import gold_ranking  # noqa: E402
 from qrewrite.paths import artifact_paths, eval_paths  # noqa: E402
@@ -46,7 +46,7 @@ def _lead(scores: list[float]) -> float:
     return (scores[0] - scores[1]) if len(scores) > 1 else (scores[0] if scores else 0.0)
 
 
-# a rule: a part's top two scores, highest first → its confidence; a tie keeps the cheaper part, as route.choose does
+# a rule: a part's top two scores, highest first → its confidence; route.choose picks (a tie keeps the cheaper part)
 RULES = {
     "top1": lambda s: s[0] if s else 0.0,
     "margin": _lead,
@@ -56,7 +56,7 @@ RULES = {
 
 
 def pick(parts: dict[str, dict], rule) -> str:
-    return max(PARTS, key=lambda p: (rule(parts[p]["scores"]), -PARTS.index(p)))
+    return choose({p: rule(parts[p]["scores"]) for p in PARTS})
 
 
 def rule_hits(records: list[dict]) -> dict[str, float]:
