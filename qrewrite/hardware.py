@@ -35,3 +35,24 @@ def resolve_dtype(setting: str | None, device: str, has_bf16: bool | None = None
     if setting == "auto":
         return "bfloat16" if native_bf16(device, has_bf16) else "float32"
     return setting or ("bfloat16" if str(device).startswith("cuda") else "float32")
+
+
+def speed_note(cfg: dict, has_bf16: bool | None = None) -> str | None:
+    """What a run on this CPU should expect, said before it starts (rules/common.smk prints it), or None where
+    there is nothing to say (cuda; a CPU with bf16 units). A CPU without bf16 units trains and generates in
+    float32 under `auto`, and one told `bfloat16` there emulates it: both measured (docs/benchmarks.md)."""
+    device = str(cfg["train"]["device"])
+    if device.startswith("cuda") or native_bf16(device, has_bf16):
+        return None
+    settings = {"train.sft.precision": cfg["train"]["sft"].get("precision"),
+                "eval.generation.dtype": cfg["eval"]["generation"].get("dtype")}
+    emulated = [k for k, v in settings.items() if v == "bfloat16"]
+    if emulated:
+        return (f"{' and '.join(emulated)} bfloat16 on a CPU without bf16 units (avx512_bf16 / amx_bf16): it is "
+                "emulated there, ~12x slower than float32 for generation on an AMD EPYC (2026-12-05). Set auto "
+                "(float32 here, bfloat16 where the CPU has the units).")
+    if "auto" in settings.values():
+        return ("this CPU has no bf16 units (avx512_bf16 / amx_bf16), so `auto` trains and generates in float32: "
+                "the demo pipeline took 69.7 min on such a CPU (an AMD EPYC, 2 cores), against 12.4 min with the "
+                "install on an Intel Xeon with them (docs/benchmarks.md).")
+    return None

@@ -9,6 +9,7 @@ from snakemake.utils import validate
 from qrewrite.config import SCHEMA_PATH, selected_tenants, validate_config
 from qrewrite.envs import own_bin_first_on_path
 from qrewrite.errors import QrewriteError
+from qrewrite.hardware import speed_note
 from qrewrite.io_utils import write_text_atomic
 from qrewrite.paths import demo_excel
 from qrewrite.workflow.stages import (DIRECTORIES, STAGES, candidates, command, flat, job_files, job_threads, jobs,
@@ -65,6 +66,9 @@ RESOLVED_CONFIG = "results/.config.resolved.yaml"
 
 
 onstart:
+    # a CPU without bf16 units runs `auto` in float32, several times slower: said before the hours start
+    if (_speed := speed_note(config)):
+        print(f"qrewrite: note: {_speed}", file=sys.stderr)
     _resolved = yaml.safe_dump({k: v for k, v in config.items() if k != "only"}, allow_unicode=True,
                                sort_keys=True)
     if not Path(RESOLVED_CONFIG).exists() or Path(RESOLVED_CONFIG).read_text(encoding="utf-8") != _resolved:

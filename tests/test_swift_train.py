@@ -79,6 +79,55 @@ def test_sft_precision_auto_follows_the_cpu(monkeypatch):
     assert sft_hparams(cfg)["precision"] == "bfloat16"
 
 
+def test_grpo_precision_resolves_like_sfts_for_the_student_and_the_judge(monkeypatch):
+    """rl.swift_grpo.precision: auto is bf16 autocast on a CPU with bf16 units and float32 on one without, for the
+    student's GRPO and the judge's (rl.swift_grpo under judge.grpo); null stays float32 on a CPU."""
+    from qrewrite import hardware
+    from qrewrite.config import load_config
+    from qrewrite.judge.train import grpo_hparams as judge_grpo
+    from qrewrite.training.rl_swift import grpo_hparams
+
+    cfg = load_config(str(REPO / "config.yaml"))
+    cfg["rl"]["swift_grpo"]["precision"] = None
+    assert grpo_hparams(cfg)["precision"] == judge_grpo(cfg)["precision"] == "float32"
+    cfg["rl"]["swift_grpo"]["precision"] = "auto"
+    for has, want in ((True, "bfloat16"), (False, "float32")):
+        monkeypatch.setattr(hardware, "cpu_has_bf16", lambda has=has: has)
+        for hp in (grpo_hparams(cfg), judge_grpo(cfg)):
+            assert hp["precision"] == want
+            argv = sc.grpo_cmd({**hp, "model": "/m", "train_file": "/t.jsonl", "output_dir": "/o", "plugin": "/p.py",
+                                "reward_funcs": ["r"], "swift_bin": "swift", "num_layers": 24})
+            assert _opt(argv, "--bf16") == ("true" if has else "false") and _opt(argv, "--torch_dtype") == "float32"
+    assert judge_grpo(cfg)["max_steps"] == cfg["judge"]["grpo"]["max_steps"], "the judge's overrides still apply"
+    cfg["train"]["device"] = "cuda"
+    assert grpo_hparams(cfg)["precision"] == "bfloat16"
+
+
+def test_a_run_says_what_a_cpu_without_bf16_units_costs():
+    """rules/common.smk prints `speed_note` when a run starts: the shipped config (auto) on a CPU without bf16 units
+    is told float32 and the measured slowdown; a setting of bfloat16 there is told it is emulated; nothing is said
+    on a CPU with the units, on cuda, or where both settings ask for float32."""
+    from qrewrite.config import load_config
+    from qrewrite.hardware import speed_note
+
+    cfg = load_config(str(REPO / "config.yaml"))
+    assert (cfg["train"]["sft"]["precision"], cfg["eval"]["generation"]["dtype"]) == ("auto", "auto")
+    assert speed_note(cfg, has_bf16=True) is None
+    assert "float32" in speed_note(cfg, has_bf16=False) and "docs/benchmarks.md" in speed_note(cfg, has_bf16=False)
+    cfg["eval"]["generation"]["dtype"] = "bfloat16"
+    note = speed_note(cfg, has_bf16=False)
+    assert note.startswith("eval.generation.dtype bfloat16") and "emulated" in note
+    assert speed_note(cfg, has_bf16=True) is None
+    cfg["train"]["sft"]["precision"] = cfg["eval"]["generation"]["dtype"] = "float32"
+    assert speed_note(cfg, has_bf16=False) is None
+    cfg["train"]["sft"]["precision"] = "auto"
+    cfg["train"]["device"] = "cuda"
+    assert speed_note(cfg, has_bf16=False) is None
+    text = (REPO / "rules" / "common.smk").read_text(encoding="utf-8")
+    onstart = text.split("\nonstart:\n", 1)[1].split("\n\n", 1)[0]
+    assert "speed_note(config)" in onstart, "printed when the run starts (never on a dry run)"
+
+
 def test_export_and_infer_dtype():
     exp = sc.export_merge_cmd({"adapter": "/ck", "output_dir": "/m", "model": "/b", "swift_bin": "swift"})
     assert _opt(exp, "--merge_lora") == "true" and _opt(exp, "--torch_dtype") == "float32"

@@ -24,10 +24,10 @@ def sft_config(cfg: dict) -> dict:
 
 
 def grpo_hparams(cfg: dict) -> dict:
-    from ..config import base_model_swift
+    """rl.swift_grpo under judge.grpo's overrides, resolved as the student's GRPO is."""
+    from ..training.rl_swift import grpo_hparams as student_grpo
 
-    return {**cfg["rl"]["swift_grpo"], **cfg["judge"]["grpo"], "device": cfg["train"]["device"],
-            **base_model_swift(cfg)}
+    return student_grpo(cfg, cfg["judge"]["grpo"])
 
 
 def run_judge_sft(cfg: dict, *, base: str, train: str, val: str, adapter: str, merged: str, run_dir: str,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..config import base_model_swift
 from ..envs import REPO, repo_pythonpath
+from ..hardware import resolve_dtype
 from ..reward.monitor import CURVE_ENV, FLUSH_EVERY_ENV, TB_DIR_ENV
 from ..reward.adapter import CONFIG_ENV, PROJECT_ROOT_ENV
 from . import resume
@@ -18,8 +19,12 @@ PLUGIN = REPO / "qrewrite" / "reward" / "swift_plugin.py"
 REWARD_FUNC = "qrewrite_reward"
 
 
-def grpo_hparams(cfg: dict) -> dict:
-    return {**cfg["rl"]["swift_grpo"], "device": cfg["train"]["device"], **base_model_swift(cfg)}
+def grpo_hparams(cfg: dict, overrides: dict | None = None) -> dict:
+    """The `swift rlhf` hyper-parameters: rl.swift_grpo (under `overrides`, the judge's), the device and the base
+    model's swift type, with `precision` resolved for this machine as SFT's is (`sft.sft_hparams`), so stats and
+    lineage say what ran."""
+    hp, device = {**cfg["rl"]["swift_grpo"], **(overrides or {})}, cfg["train"]["device"]
+    return {**hp, "device": device, "precision": resolve_dtype(hp.get("precision"), device), **base_model_swift(cfg)}
 
 
 def run_swift_grpo(cfg: dict, *, config_path: str, model: str, train_jsonl: str, out: str, run_dir: str,
