@@ -45,10 +45,11 @@ def speed_note(cfg: dict, has_bf16: bool | None = None) -> str | None:
     if device.startswith("cuda") or native_bf16(device, has_bf16):
         return None
     settings = {"train.sft.precision": cfg["train"]["sft"].get("precision"),
+                "rl.swift_grpo.precision": cfg["rl"]["swift_grpo"].get("precision"),
                 "eval.generation.dtype": cfg["eval"]["generation"].get("dtype")}
     emulated = [k for k, v in settings.items() if v == "bfloat16"]
     if emulated:
-        return (f"{' and '.join(emulated)} bfloat16 on a CPU without bf16 units (avx512_bf16 / amx_bf16): it is "
+        return (f"{', '.join(emulated)} bfloat16 on a CPU without bf16 units (avx512_bf16 / amx_bf16): it is "
                 "emulated there, ~12x slower than float32 for generation on an AMD EPYC (2026-12-05). Set auto "
                 "(float32 here, bfloat16 where the CPU has the units).")
     if "auto" in settings.values():

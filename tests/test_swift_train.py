@@ -111,14 +111,18 @@ def test_a_run_says_what_a_cpu_without_bf16_units_costs():
     from qrewrite.hardware import speed_note
 
     cfg = load_config(str(REPO / "config.yaml"))
-    assert (cfg["train"]["sft"]["precision"], cfg["eval"]["generation"]["dtype"]) == ("auto", "auto")
+    assert {cfg["train"]["sft"]["precision"], cfg["rl"]["swift_grpo"]["precision"],
+            cfg["eval"]["generation"]["dtype"]} == {"auto"}
     assert speed_note(cfg, has_bf16=True) is None
     assert "float32" in speed_note(cfg, has_bf16=False) and "docs/benchmarks.md" in speed_note(cfg, has_bf16=False)
     cfg["eval"]["generation"]["dtype"] = "bfloat16"
     note = speed_note(cfg, has_bf16=False)
     assert note.startswith("eval.generation.dtype bfloat16") and "emulated" in note
     assert speed_note(cfg, has_bf16=True) is None
+    cfg["rl"]["swift_grpo"]["precision"] = "bfloat16"
+    assert speed_note(cfg, has_bf16=False).startswith("rl.swift_grpo.precision, eval.generation.dtype bfloat16")
     cfg["train"]["sft"]["precision"] = cfg["eval"]["generation"]["dtype"] = "float32"
+    cfg["rl"]["swift_grpo"]["precision"] = "float32"
     assert speed_note(cfg, has_bf16=False) is None
     cfg["train"]["sft"]["precision"] = "auto"
     cfg["train"]["device"] = "cuda"
