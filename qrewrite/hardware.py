@@ -41,8 +41,7 @@ def speed_note(cfg: dict, has_bf16: bool | None = None) -> str | None:
     """What a run on this CPU should expect, said before it starts (rules/common.smk prints it), or None where
     there is nothing to say (cuda; a CPU with bf16 units). A CPU without bf16 units trains and generates in
     float32 under `auto`, and one told `bfloat16` there emulates it: both measured (docs/benchmarks.md)."""
-    device = str(cfg["train"]["device"])
-    if device.startswith("cuda") or native_bf16(device, has_bf16):
+    if native_bf16(str(cfg["train"]["device"]), has_bf16):  # cuda, or a CPU with bf16 units
         return None
     settings = {"train.sft.precision": cfg["train"]["sft"].get("precision"),
                 "rl.swift_grpo.precision": cfg["rl"]["swift_grpo"].get("precision"),

@@ -80,10 +80,10 @@ def generation_kwargs(gen: dict, **overrides) -> dict:
 
 
 def weights_dtype(dtype: str | None, device: str):
-    """The torch dtype the model is loaded in (`qrewrite.hardware.resolve_dtype`). bfloat16 on a CPU halves the bytes each decoding step
-    reads and runs its matrix products on the CPU's bf16 units (AVX512-BF16 / AMX): 1.7-4.8x faster here, no student
-    lower on validation (8 measured) (docs/training.md). A CPU without them emulates bf16, slower than float32: said
-    in the log."""
+    """The torch dtype the model is loaded in (`qrewrite.hardware.resolve_dtype`). bfloat16 on a CPU halves the
+    bytes each decoding step reads and runs its matrix products on the CPU's bf16 units (AVX512-BF16 / AMX): 1.7-4.8x
+    faster here, no student lower on validation (8 measured) (docs/training.md). A CPU without them emulates bf16,
+    slower than float32: said in the log."""
     import torch
 
     dtype = resolve_dtype(dtype, device)
