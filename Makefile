@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 CORES  ?= 2
 
-.PHONY: run run-quick test test-fast env test-env bench clean base-wheels gpu-rehearsal-run
+.PHONY: run run-quick serve test test-fast env test-env bench clean base-wheels gpu-rehearsal-run
 .PHONY: slurm-tools container-tools containers containers-remove containers-save test-containers cqr-data cqr durdev-data durdev rl-check test-tools gpu-kit gpu-rehearsal
 .PHONY: gpu-rehearsal-clean gpu-rehearsal-wheels
 
@@ -47,6 +47,11 @@ test-env: $(VENV)/.test-env $(TRAIN_ENVS)
 # the `qrewrite` next to this Snakemake (rules/common.smk): no PATH set-up, as a user types it.
 run: $(VENV)/.data-env .venvs/swift/.installed
 	$(BIN)/snakemake --cores $(CORES) --printshellcmds
+
+# The rewrite gateway over every tenant's release (`qrewrite serve`, docs/deploy.md): each tenant's key from
+# QREWRITE_KEY_<TENANT> (serve.api_key_env). It re-runs itself in .venvs/swift to load a released model.
+serve: $(VENV)/.data-env .venvs/swift/.installed
+	$(BIN)/qrewrite serve --config config.yaml $(SERVE_ARGS)
 
 # One demo tenant (fivedoctors) end to end: half of `make run` (docs/benchmarks.md).
 run-quick: $(VENV)/.data-env .venvs/swift/.installed

@@ -37,9 +37,21 @@ def machine() -> dict:
                 break
     except OSError:
         pass
-    return {"cpu_count": os.cpu_count(), "cpu_model": model, "python": platform.python_version(),
+    from qrewrite.hardware import cpu_has_bf16
+
+    return {"cpu_count": os.cpu_count(), "cpu_model": model, "bf16_units": cpu_has_bf16(), **commit(),
+            "python": platform.python_version(),
             "platform": platform.platform(), "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
             "note": "numbers taken on a machine shared with other jobs: compare ratios measured in the same run"}
+
+
+def commit() -> dict:
+    """The checkout's commit and whether its tracked files differ from it (what a figure was measured on)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True).stdout.strip()
+
+    return {"commit": git("rev-parse", "--short=12", "HEAD") or None,
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
 
 
 def median(xs: list[float]) -> float:

@@ -19,6 +19,7 @@ from .rag import cli as rag_cli
 from .report import cli as report_cli
 from .release import cli as release_cli
 from .reward import cli as reward_cli
+from .serve import cli as serve_cli
 from .teacher import cli as teacher_cli
 from .training import cli as training_cli
 from .workflow import cli as workflow_cli
@@ -30,7 +31,7 @@ log = logging.getLogger("qrewrite")
 # (qrewrite/workflow/code_deps.py) follow a stage's own handler, not the other stages' registrations.
 STAGE_CLIS = (data_cli.register, teacher_cli.register, rag_cli.register, reward_cli.register, training_cli.register,
               release_cli.register, eval_cli.register, judge_cli.register,
-              report_cli.register, deploy_cli.register, register_lineage, workflow_cli.register)
+              report_cli.register, serve_cli.register, deploy_cli.register, register_lineage, workflow_cli.register)
 
 
 class _Parser(argparse.ArgumentParser):

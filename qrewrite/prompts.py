@@ -44,3 +44,25 @@ def rewrite_messages(tenant: dict, row: dict) -> list[dict]:
 
 def prompt_hash(messages: list[dict]) -> str:
     return sha256_json(messages)[:16]
+
+
+def parse_user_message(text: str, language: str = "zh") -> dict:
+    """{query, profile, history} back from a `user_message` (the teacher's, SFT's and the gateway's request): three
+    lines, each its label and separator first. A field that reads as the language's "none" is None. Raises
+    ValueError saying which line does not match."""
+    labels = _LABELS[language]
+    sep = "：" if language == "zh" else ": "
+    lines = (text or "").split("\n")
+    if len(lines) != 3:
+        raise ValueError(f"expected 3 lines ({', '.join(labels[:3])}), found {len(lines)}")
+    out = {}
+    for key, label, line in zip(("query", "profile", "history"), labels[:3], lines):
+        # a client that typed the ASCII colon in a Chinese prompt is read too
+        for s in dict.fromkeys((sep, ":", ": ")):
+            if line.startswith(label + s):
+                value = line[len(label + s):].strip()
+                break
+        else:
+            raise ValueError(f"line {len(out) + 1} must start with {label + sep!r}")
+        out[key] = None if key != "query" and value == labels[3] else value
+    return out

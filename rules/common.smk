@@ -136,7 +136,10 @@ def config_param(s, key):
         return lambda wc: value(table[wc.get(head)], rest)
     if key == "teacher" and s.per != "once":  # the job's tenant's teacher (tenants[].teacher over the global one)
         return lambda wc: value(config, key, TENANTS[wc.get("tenant")])
-    return value(config, key)
+    text = value(config, key)
+    # a string param is a pattern to Snakemake: braces in a value (serve.api_key_env's {TENANT}) would be read as
+    # wildcards; a function's value is taken as it is
+    return (lambda wc, t=text: t) if "{" in text or "}" in text else text
 
 
 def params(s):

@@ -1,6 +1,7 @@
-"""`qrewrite deploy-check`: a real OpenAI-compatible server (ms-swift `swift deploy`, CPU) on loopback serving the tiny
-embedded model, the eval rows through it and the local RAG, deploy.json checked against the in-process eval;
-and the server's lifecycle (ready, failed start, SIGTERM, SIGKILL of the check) with a stand-in server."""
+"""`qrewrite deploy-check`: the tenant's release served through the gateway (`qrewrite serve`) on loopback, every test
+row sent as its RAG service would (the OpenAI SDK), deploy.json checked against the eval's release rows: with the
+tests' tiny model in the gateway (texts identical to the eval's), and behind a real `swift deploy` model server;
+and a server's lifecycle (ready, failed start, SIGTERM, SIGKILL of the check) with a stand-in server."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ import time
 import pytest
 
 from conftest import REPO, TINY_BASE, Project
+from qrewrite.io_utils import write_json
 from qrewrite.paths import deploy_json, eval_paths, tenant_paths
+from qrewrite.release.folder import write_release
 
 TENANT = "fivedoctors"
 PATHS = tenant_paths(TENANT)
@@ -52,111 +55,101 @@ def port_open(port: int) -> bool:
 
 @pytest.fixture(scope="module")
 def deployed(tmp_path_factory, smollm2_base):
-    """Data half (60 queries), the embedded base model as the `rl` candidate, its in-process eval on 3 rows,
-    then `qrewrite deploy-check` against it."""
+    """Data half (60 queries); the tiny model released routed by retrieval (the release stage's folder, its lineage
+    a stand-in); the eval's release rows of 3 test rows; then `qrewrite deploy-check` through the gateway."""
     root = tmp_path_factory.mktemp("deploy")
     project = Project(root / "proj")
     project.keep_queries(TENANT, 60)
     for stage in ("build-excel", "ingest", "teacher", "validate", "split", "reward-check"):
         project.stage(stage)
-    model = smollm2_base  # served and evaluated, never written
     cfg = project.config
-    # 3 rows, 8 new tokens, no judge: the check's cost is the server, not the eval; batch 1: the eval generates
-    # each rewrite alone, as the server does at concurrency 1 (a padded batch can change greedy text); bfloat16 as
-    # config.yaml decodes: the server loads the same dtype
-    # routed by retrieval (qrewrite.eval.route): the check must take the caller's step the eval took
-    cfg["eval"] = {"candidates": [{"name": "rl", "kind": "model", "path": str(model),
-                                   "generation": {"route_by_retrieval": True}}], "baseline": "rl",
-                   "compare": [], "headline": ["rl"], "max_rows": 3,
-                   "generation": {"max_new_tokens": 8, "batch_size": 1, "dtype": "bfloat16"},
-                   "judge_sample_share": 0.0}
-    cfg["deploy"] = {"candidate": "rl"}  # a model folder served directly (the release's is tests/test_release.py)
+    # 3 rows, 8 new tokens, no judge: the check's cost is the serving, not the eval; bfloat16 as config.yaml decodes
+    cfg["eval"] = {"candidates": [{"name": "release", "kind": "release"}], "baseline": "release", "compare": [],
+                   "headline": ["release"], "max_rows": 3,
+                   "generation": {"max_new_tokens": 8, "dtype": "bfloat16"}, "judge_sample_share": 0.0}
+    cfg["deploy"] = {"backend": "inprocess"}
     cfg["base_model"] = dict(TINY_BASE)  # the model served: swift deploy's --model_type/--template
     project.set_config(cfg)
     project.update_tenant(TENANT, judge_labels=None, gold_set=None, red_team=None)  # the split's rows only
+    decoding = {**project.config["eval"]["generation"], "route_by_retrieval": True}
+    write_release(str(project.root / PATHS["release"]), {"released": {
+        "name": "sft+route_by_retrieval=true", "source": "sft", "kind": "model", "artifact": "sft_merged",
+        "decoding": decoding}}, str(smollm2_base))
+    write_json(project.root / PATHS["release"] / "lineage.json", {"format": "test stand-in"})
     base = ["--config", "config.yaml", "--tenant", TENANT, "--test", PATHS["test"], "--queries", PATHS["queries"]]
-    rl = EVAL_PATHS["rewrites"].format(candidate="rl")
-    project.qrewrite("eval-generate", *base, "--candidate", "rl", "--model", str(model), "--threads", "1", "--out", rl)
+    rel = EVAL_PATHS["rewrites"].format(candidate="release")
+    project.qrewrite("eval-generate", *base, "--candidate", "release", "--model", PATHS["release"], "--threads", "1",
+                     "--out", rel)
     project.qrewrite("eval", *base, "--teacher", PATHS["teacher"], "--reward-check", PATHS["reward_check"],
-                     "--rewrites", rl, "--out", EVAL_PATHS["eval_json"], "--examples", EVAL_PATHS["examples"],
+                     "--rewrites", rel, "--out", EVAL_PATHS["eval_json"], "--examples", EVAL_PATHS["examples"],
                      "--plots", EVAL_PATHS["plots"])
-    env = {"QREWRITE_REWRITER_API_KEY": SECRET}
-    run = project.qrewrite("deploy-check", *base, "--model", str(model), "--eval-json", EVAL_PATHS["eval_json"], "--eval-rewrites", rl,
-                           "--server-log", f"logs/{TENANT}/deploy_server.log", "--threads", "1", "--out", deploy_json(TENANT),
-                           env=env)
+    check = [*base, "--model", PATHS["release"], "--eval-json", EVAL_PATHS["eval_json"], "--eval-rewrites", rel,
+             "--server-log", f"logs/{TENANT}/deploy_server.log"]
+    env = {"QREWRITE_BACKEND_API_KEY": SECRET}
+    run = project.qrewrite("deploy-check", *check, "--out", deploy_json(TENANT), env=env)
     doc = json.loads((project.root / deploy_json(TENANT)).read_text(encoding="utf-8"))
-    return project, doc, model, run
+    return project, doc, check, run
 
 
 @pytest.mark.slow
-def test_deploy_json_latency_throughput_and_rows(deployed):
-    project, doc, model, _ = deployed
-    assert doc["tenant"] == TENANT and doc["candidate"] == "rl" and doc["model"] == str(model)
-    assert doc["n_queries"] == 3 and doc["n_with_gold"] <= 3
-    assert doc["server"]["backend"] == "swift" and "vllm" in doc["server"]["why"]  # vllm is not in the CPU env
-    assert doc["server"]["startup_s"] > 0 and "swift.cli.deploy" in doc["server"]["command"]
-    assert "--torch_dtype bfloat16" in doc["server"]["command"]  # eval.generation.dtype, as the eval loaded it
-    assert set(doc["latency"]) == {"1", "8"}
+def test_the_gateway_serves_the_eval_texts_with_latency_per_concurrency(deployed):
+    """The model in the gateway, each request generated alone as the eval's release rows were: the same texts,
+    so Hit@1 served equals the eval's, paired difference exactly 0; every answer named the release."""
+    project, doc, _, _ = deployed
+    ev = json.loads((project.root / EVAL_PATHS["eval_json"]).read_text(encoding="utf-8"))
+    assert doc["tenant"] == TENANT and doc["n_queries"] == 3 and doc["gateway"]["backend"] == "inprocess"
+    assert doc["release_id"].startswith(f"{TENANT}/sft+route_by_retrieval=true@") and doc["model_server"] is None
+    assert doc["texts_identical_to_eval"] is True
+    h = doc["hit_at_1"]
+    assert h["eval_json"] == ev["candidates"]["release"]["hit_at_1"]["mean"] and h["eval_json_reproduced"]
+    assert h["served"] == h["eval"] and h["paired_served_minus_eval"]["diff"] == 0 and h["within_noise"] is True
+    assert set(doc["latency"]) == {"1", "8", "32"}
     for level, s in doc["latency"].items():
         assert s["n"] == 3 and s["errors"] == 0 and s["effective_concurrency"] == min(int(level), 3)
         lat = s["latency_s"]
         assert 0 < lat["p50"] <= lat["p95"] <= lat["max"]
         assert s["requests_per_s"] == pytest.approx(3 / s["wall_s"], rel=1e-3)
-        assert 3 <= s["completion_tokens"] <= 3 * 8  # max_tokens = eval.generation.max_new_tokens
-        assert s["completion_tokens_per_s"] == pytest.approx(s["completion_tokens"] / s["wall_s"], rel=1e-3)
-    # one request at a time cannot take longer in all than its requests' latencies summed
-    one = doc["latency"]["1"]
-    assert one["wall_s"] >= 3 * one["latency_s"]["mean"] * 0.99
-    assert doc["request"]["max_tokens"] == 8 and doc["request"]["temperature"] == 0.0
+        assert sum(s["routed_to"].values()) == 3  # route_by_retrieval: each answer routed, as the eval's
+    rows = project.read_jsonl(EVAL_PATHS["rewrites"].format(candidate="release"))
+    assert all(r["routed_to"] in ("own", "own+history", "query_history") for r in rows)
+    access = project.read_jsonl(f"logs/{TENANT}/deploy_access.jsonl")
+    assert len(access) == 1 + 3 * 3 and {a["release"] for a in access} == {doc["release_id"]}
 
 
 @pytest.mark.slow
-def test_hit_at_1_through_the_server_equals_the_in_process_eval(deployed):
-    """Greedy decoding of the same prompt in the same dtype: the served rewrites are the in-process eval's,
-    so Hit@1 through the server and the RAG equals eval.json's, with a paired difference of exactly 0."""
-    project, doc, _, _ = deployed
-    ev = json.loads((project.root / EVAL_PATHS["eval_json"]).read_text(encoding="utf-8"))
-    h = doc["hit_at_1"]
-    assert h["in_process_eval_json"] == ev["candidates"]["rl"]["hit_at_1"]["mean"]
-    assert h["eval_json_reproduced"] and h["in_process"] == pytest.approx(h["in_process_eval_json"], abs=1e-6)
-    c1 = h["by_concurrency"]["1"]
-    assert c1["identical_rewrites"] == 3 and c1["identical_share"] == 1.0
-    assert h["headline_concurrency"] == 1 and h["served"] == h["in_process"]
-    assert h["paired_served_minus_in_process"]["diff"] == 0 and h["within_noise"] is True
-    assert h["paired_served_minus_in_process"]["n"] == doc["n_with_gold"]
-    assert doc["in_process"]["generation"]["batch_size"] == 1
-    assert doc["in_process"]["latency_s_eval_json"] == ev["candidates"]["rl"]["latency_s"]
-    assert set(h["by_concurrency"]) == {"1", "8"}
-    # the served rewrites went through the caller's step: each routed to one of its three texts, as in-process
-    assert "top hit scores highest" in doc["client_step"]
-    rows = project.read_jsonl(EVAL_PATHS["rewrites"].format(candidate="rl"))
-    assert rows and all(r["routed_to"] in ("own", "own+history", "query_history") and "model_rewrite" in r for r in rows)
+def test_a_model_server_behind_the_gateway_and_no_secret_and_no_orphan(deployed, tmp_path):
+    """deploy.backend: swift: a real `swift deploy` serves the model, the gateway calls it (serve.backend openai)
+    and takes the client step itself; both are stopped after the check."""
+    project, doc, check, run = deployed
+    c = project.config
+    c["deploy"] = {"backend": "swift", "concurrency": [1], "require_identical": False}
+    project.set_config(c)
+    out = tmp_path / "deploy-swift.json"
+    run2 = project.qrewrite("deploy-check", *check, "--out", str(out), env={"QREWRITE_BACKEND_API_KEY": SECRET})
+    d = json.loads(out.read_text(encoding="utf-8"))
+    assert d["gateway"]["backend"] == "swift" and "swift.cli.deploy" in d["model_server"]["command"]
+    assert "--torch_dtype bfloat16" in d["model_server"]["command"]  # the release's dtype, as the eval loaded it
+    assert d["latency"]["1"]["errors"] == 0 and d["latency"]["1"]["n"] == 3
+    # vLLM's template is the tokenizer's, swift's --template: the tiny model's agree, and greedy decoding of the
+    # same prompt gives the eval's texts
+    assert d["hit_at_1"]["by_concurrency"]["1"]["identical_texts"] == 3
+    for text, r in ((out.read_text(encoding="utf-8"), run2), (json.dumps(doc), run)):
+        assert SECRET not in text and SECRET not in r.stderr
+    for server in (d["gateway"], d["model_server"]):
+        port = int(server.get("base_url", "").rsplit(":", 1)[1].split("/")[0]) if "base_url" in server else None
+        if port:
+            assert not port_open(port), "a server still listens after the check"
+    assert not cmdlines_with("swift.cli.deploy"), "the model server outlived the check"
+    assert not cmdlines_with("serve", "--release"), "the gateway outlived the check"
 
 
 @pytest.mark.slow
-def test_production_command_and_no_secret_and_no_orphan(deployed):
-    project, doc, model, run = deployed
-    prod = doc["production"]
-    assert prod["gpu_vllm"].startswith('VLLM_API_KEY="$QREWRITE_REWRITER_API_KEY" ')
-    assert f"serve {model} --host 0.0.0.0 --port 8000" in prod["gpu_vllm"] and "--dtype bfloat16" in prod["gpu_vllm"]
-    assert prod["swift"].startswith("swift deploy --model ") and prod["swift"].endswith(
-        '--api_key "$QREWRITE_REWRITER_API_KEY"')
-    text = (project.root / deploy_json(TENANT)).read_text(encoding="utf-8")
-    assert SECRET not in text and SECRET not in run.stderr
-    port = int(doc["server"]["base_url"].rsplit(":", 1)[1].split("/")[0])
-    assert not port_open(port), "the model server still listens after the check"
-    assert not cmdlines_with("swift.cli.deploy", str(model)), "a server process outlived the check"
-    assert "stopped" in run.stderr
-
-
-@pytest.mark.slow
-def test_a_model_folder_that_is_not_one_is_a_clear_error(deployed, tmp_path):
-    project, _, _, _ = deployed
-    base = ["--config", "config.yaml", "--tenant", TENANT, "--test", PATHS["test"], "--queries", PATHS["queries"]]
-    proc = project.qrewrite("deploy-check", *base, "--model", str(tmp_path / "nope"), "--eval-json", EVAL_PATHS["eval_json"],
-                            "--eval-rewrites", EVAL_PATHS["rewrites"].format(candidate="rl"), "--server-log",
-                            str(tmp_path / "s.log"), "--out", str(tmp_path / "d.json"), check=False)
-    assert proc.returncode == 2 and "no config.json" in proc.stderr and "snakemake models" in proc.stderr
+def test_a_release_folder_that_is_not_one_is_a_clear_error(deployed, tmp_path):
+    project, _, check, _ = deployed
+    args = list(check)
+    args[args.index("--model") + 1] = str(tmp_path / "nope")
+    proc = project.qrewrite("deploy-check", *args, "--out", str(tmp_path / "d.json"), check=False)
+    assert proc.returncode == 2 and "no release.json" in proc.stderr and "snakemake models" in proc.stderr
     assert not (tmp_path / "d.json").exists()
 
 
@@ -239,20 +232,19 @@ def test_the_server_dies_with_the_check(tmp_path, sig):
 
 
 def test_backend_choice_and_the_vllm_command(monkeypatch):
-    """auto takes vLLM where it is importable (a GPU node), else ms-swift; a named backend must be installed."""
+    """auto takes vLLM where it is importable (a GPU node), else the model in the gateway; a named server must be
+    installed."""
     from qrewrite.deploy import server
     from qrewrite.errors import QrewriteError
 
     installed = {"swift"}
     monkeypatch.setattr(server.importlib.util, "find_spec", lambda m: object() if m in installed else None)
-    assert server.choose_backend("auto")[0] == "swift"
+    assert server.choose_backend("auto")[0] == "inprocess"
+    assert server.choose_backend("swift")[0] == "swift"
     with pytest.raises(QrewriteError, match="deploy.backend is vllm but 'vllm' is not importable"):
         server.choose_backend("vllm")
     installed.add("vllm")
     assert server.choose_backend("auto")[0] == "vllm"
-    installed.clear()
-    with pytest.raises(QrewriteError, match="neither vllm nor ms-swift"):
-        server.choose_backend("auto")
     argv = server.server_argv("vllm", "models/t/rl", host="127.0.0.1", port=8001, name="t-rewriter", device="cuda",
                               model_type="qwen3", template="qwen3", max_batch_size=8, max_model_len=2048,
                               launcher=["/env/bin/vllm", "serve"])

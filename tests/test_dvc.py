@@ -16,8 +16,7 @@ import pytest
 import yaml
 
 from conftest import REPO
-from qrewrite.config import load_config
-from qrewrite.workflow.stages import ORDER_ONLY, STAGES, flat, job_files
+from qrewrite.workflow.stages import STAGES
 
 STAGE_RULES = ("build_excel", "ingest", "teacher", "validate", "split", "reward_check", "summarize", "data_card",
                "base_model", "sft_targets", "sft",
@@ -145,15 +144,6 @@ def as_dvc_cmd(snakemake_cmd: str) -> str:
     return re.sub(r"\s+(2>\s*logs/\S+|>\s*logs/\S+\s+2>&1)$", "", cmd).strip()
 
 
-def order_only(cfg: dict, rule: str, key: str) -> set[str]:
-    """The job's ORDER_ONLY inputs (the release's eval generation waits for the students' rows it may take)."""
-    tenant, _, cand = key.partition("-")
-    t = next((x for x in cfg["tenants"] if x["name"] == tenant), None)
-    c = next((x for x in cfg["eval"]["candidates"] if x["name"] == cand), None)
-    files = job_files(STAGES[rule], "in", t, cfg, c) if t else {}
-    return set(flat(v for k, v in files.items() if k in ORDER_ONLY))
-
-
 @pytest.mark.slow
 def test_dvc_stages_match_snakemake_rules(project):
     jobs = snakemake_jobs(project.root)
@@ -163,16 +153,13 @@ def test_dvc_stages_match_snakemake_rules(project):
     assert {k.split("-")[0] for _, k in jobs if k} == set(tenants)
     assert set(stages) == set(jobs), f"only in dvc.yaml: {set(stages) - set(jobs)}; " \
                                      f"only in Snakemake: {set(jobs) - set(stages)}"
-    validated = load_config(REPO / "config.yaml")
     for (rule, tenant), job in sorted(jobs.items()):
         assert rule in STAGE_RULES
         stage = stages[(rule, tenant)]
         assert stage["cmd"] == as_dvc_cmd(job["cmd"]), (rule, tenant)
         assert stage["outs"] == job["outs"], (rule, tenant)
-        # the data deps as in the rule but for the inputs that only order Snakemake's jobs (ORDER_ONLY); DVC adds
-        # the stage's code (test_dvc_stage_code_deps)
-        wanted = job["deps"] - order_only(validated, rule, tenant)
-        assert {d for d in stage["deps"] if not d.startswith("qrewrite/")} == wanted, (rule, tenant)
+        # the data deps as in the rule; DVC adds the stage's code (test_dvc_stage_code_deps)
+        assert {d for d in stage["deps"] if not d.startswith("qrewrite/")} == job["deps"], (rule, tenant)
 
 
 def test_dvc_stage_code_deps():

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, TINY_BASE, Project
-from qrewrite.eval.candidates import generation_key, reused_rows
+from qrewrite.eval.candidates import generation_key
 from qrewrite.paths import deploy_json, eval_paths, tenant_paths
 from qrewrite.release.advice import advise
 from qrewrite.release.score import release_candidates, rewrites
@@ -146,19 +146,6 @@ def test_the_rl_stages_rewrites_are_taken_only_for_exactly_the_same_generation(t
     assert reuse.reusable(str(path), str(model), tenant, rows, key, "cpu") is None
     with pytest.raises(Exception):  # a miss generates: with no model here, that fails
         rewrites(cand[0], cfg, tenant, rows, str(model), 1, {}, str(path))
-
-
-def test_a_reused_eval_row_gets_the_released_decodings_history_or_loses_it():
-    spec = {"name": "release", "kind": "release"}
-    plain = {"query_id": "q1", "candidate": "sft", "kind": "model", "status": "ok", "rewrite": "小林家的龙女仆是谁"}
-    row = {**ROWS[0], "set": "test"}
-    [got] = reused_rows([plain], [row], spec, "sft.jsonl", {"append_history": True}, {}, {})
-    assert got["rewrite"] == "小林家的龙女仆是谁 小林家的龙女仆 / 是动漫" and got["model_rewrite"] == plain["rewrite"]
-    assert got["candidate"] == "release" and got["reused_from"] == "sft.jsonl"
-    # a source that pasted the history (or routed), taken by a release that did not: the model's own text
-    routed = {**got, "candidate": "sft", "routed_to": "own+history", "route_top1": {"own": 0.1}}
-    [back] = reused_rows([routed], [row], spec, "sft.jsonl", {}, {}, {})
-    assert back["rewrite"] == "小林家的龙女仆是谁" and not {"model_rewrite", "routed_to", "route_top1"} & set(back)
 
 
 def test_the_release_links_the_models_files_but_not_the_workflows_marker(tmp_path):
@@ -321,7 +308,9 @@ def base_args() -> list[str]:
 
 
 @pytest.mark.slow
-def test_the_eval_generates_with_the_released_model_and_its_decoding(released):
+def test_the_eval_generates_with_the_released_model_and_its_decoding_as_served(released):
+    """The eval's release rows are what the gateway answers: the released model's decoding, each row generated
+    alone (batch 1, as a served request; every row's latency timed), never another candidate's batched rows."""
     project, _, _, sft_vs_rl, _ = released
     out = EVAL_PATHS["rewrites"].format(candidate="release")
     project.qrewrite("eval-generate", *base_args(), "--candidate", "release", "--model", SFT_RL, "--threads", "1",
@@ -330,71 +319,52 @@ def test_the_eval_generates_with_the_released_model_and_its_decoding(released):
     assert len(rows) == len(project.read_jsonl(PATHS["test"])) and {r["released"] for r in rows} == {"sft"}
     assert {r["model"] for r in rows} == {SFT_RL} and {r["kind"] for r in rows} == {"release"}
     assert all(r["generation"]["max_new_tokens"] == sft_vs_rl["released"]["decoding"]["max_new_tokens"] for r in rows)
-    assert not any("reused_from" in r for r in rows)  # no eval rows of the SFT model yet: generated
-    # once the sft candidate has rewritten the rows with the same weights and decoding, the release takes its rows
-    sft = EVAL_PATHS["rewrites"].format(candidate="sft")
-    project.qrewrite("eval-generate", *base_args(), "--candidate", "sft", "--model", PATHS["sft_merged"], "--threads",
-                     "1", "--out", sft)
-    project.qrewrite("eval-generate", *base_args(), "--candidate", "release", "--model", SFT_RL, "--threads", "1",
-                     "--out", out)
-    again = project.read_jsonl(out)
-    assert {r["reused_from"] for r in again} == {sft} and {r["candidate"] for r in again} == {"release"}
-    assert [r["rewrite"] for r in again] == [r["rewrite"] for r in rows]  # what the release generated itself
-    # another decoding than the sft candidate's: generated, not taken
-    c = project.config
-    c["eval"]["generation"]["max_new_tokens"] = 6
-    project.set_config(c)
-    project.qrewrite("eval-generate", *base_args(), "--candidate", "release", "--model", SFT_RL, "--threads", "1",
-                     "--out", out)
-    assert not any("reused_from" in r for r in project.read_jsonl(out))
-    c["eval"]["generation"]["max_new_tokens"] = 8
-    project.set_config(c)
+    assert {r["generation"]["batch_size"] for r in rows} == {1} and all(r["latency_s"] > 0 for r in rows)
+    assert not any("reused_from" in r for r in rows)
 
 
-def release_eval_rows(project: Project, folder: str) -> tuple[str, list[dict], dict, dict]:
-    """The eval's release candidate generated with the release in `folder`, after the SFT candidate whose rows it
-    may take: (the SFT rows' path, the release's rows, SFT's own rewrite by query id, queries by id)."""
-    sft = EVAL_PATHS["rewrites"].format(candidate="sft")
-    if not (project.root / sft).is_file():
-        project.qrewrite("eval-generate", *base_args(), "--candidate", "sft", "--model", PATHS["sft_merged"],
-                         "--threads", "1", "--out", sft)
+def release_eval_rows(project: Project, folder: str) -> tuple[list[dict], dict]:
+    """The eval's release candidate generated with the release in `folder`: (its rows, queries by id)."""
     out = EVAL_PATHS["rewrites"].format(candidate="release")
     project.qrewrite("eval-generate", *base_args(), "--candidate", "release", "--model", folder, "--threads", "1",
                      "--out", out)
-    own = {r["query_id"]: r["rewrite"] for r in project.read_jsonl(sft)}
-    return sft, project.read_jsonl(out), own, {r["id"]: r for r in project.read_jsonl(PATHS["queries"])}
+    return project.read_jsonl(out), {r["id"]: r for r in project.read_jsonl(PATHS["queries"])}
 
 
 @pytest.mark.slow
-def test_a_release_with_append_history_takes_the_sft_rows_and_pastes_the_history(released):
-    """The eval's release candidate where the release chose append_history: the SFT candidate's own rewrites of
-    the same rows (same weights, same decoding), each with the row's history summary pasted after it."""
+def test_a_release_with_append_history_pastes_the_history_after_the_models_text(released):
+    """The eval's release candidate where the release chose append_history: the model's own rewrite of each row,
+    with the row's history summary pasted after it (an empty one sends query + history, marked)."""
     project, _, _, _, appended = released
     assert appended["released"]["name"] == "sft+append_history=true"
     assert appended["released"]["decoding"]["append_history"] is True
-    sft, rows, own, queries = release_eval_rows(project, APPENDED)
-    assert rows and {r["reused_from"] for r in rows} == {sft} and {r["released"] for r in rows} == {appended[
-        "released"]["name"]}
+    rows, queries = release_eval_rows(project, APPENDED)
+    assert rows and {r["released"] for r in rows} == {appended["released"]["name"]}
     for r in rows:
-        assert r["model_rewrite"] == own[r["query_id"]]
-        assert r["rewrite"] == f"{own[r['query_id']]} {queries[r['query_id']]['history'] or ''}".strip()
+        q = queries[r["query_id"]]
+        if r.get("fallback") == "empty":
+            assert r["rewrite"] == f"{q['query']} {q['history'] or ''}".strip()
+        else:
+            assert r["rewrite"] == f"{r['model_rewrite']} {q['history'] or ''}".strip()
 
 
 @pytest.mark.slow
-def test_a_release_routed_by_retrieval_takes_the_sft_rows_and_routes_each(released, monkeypatch):
-    """The eval's release candidate where the release chose route_by_retrieval: the SFT candidate's own rewrites,
-    each row sent as the text whose top hit the tenant's RAG scores highest (qrewrite.eval.route, recomputed here)."""
+def test_a_release_routed_by_retrieval_routes_each_row(released, monkeypatch):
+    """The eval's release candidate where the release chose route_by_retrieval: each row sent as the text whose
+    top hit the tenant's RAG scores highest among the model's own rewrite, it + the history and query + history
+    (qrewrite.eval.route, recomputed here)."""
     from qrewrite.config import load_config, tenant_config
     from qrewrite.eval.route import PARTS, client_rows, part_texts
 
     project, *_ = released
     routed = json.loads((project.root / ROUTED / "release.json").read_text(encoding="utf-8"))
     assert routed["released"]["name"] == "sft+route_by_retrieval=true"
-    sft, rows, own, queries = release_eval_rows(project, ROUTED)
-    assert rows and {r["reused_from"] for r in rows} == {sft}
+    rows, queries = release_eval_rows(project, ROUTED)
+    assert rows
     for r in rows:
-        assert r["model_rewrite"] == own[r["query_id"]] and r["routed_to"] in PARTS
-        assert r["rewrite"] == part_texts(own[r["query_id"]], {**queries[r["query_id"]], **r})[r["routed_to"]]
+        assert r["routed_to"] in PARTS
+        assert r["rewrite"] == part_texts(r["model_rewrite"], {**queries[r["query_id"]], **r})[r["routed_to"]] \
+            or r.get("fallback") == "empty"
     monkeypatch.chdir(project.root)  # the config's relative KB path
     cfg = load_config("config.yaml")
     again = client_rows({"route_by_retrieval": True}, cfg, tenant_config(cfg, TENANT),
@@ -430,11 +400,15 @@ def test_a_released_rule_is_scored_and_served_as_the_rule(released):
     ev = json.loads((project.root / EVAL_PATHS["eval_json"]).read_text(encoding="utf-8"))
     assert ev["candidates"]["release"]["released"] == "query_history"
     assert ev["candidates"]["release"]["cost_per_1k_usd"] == 0.0
-    run = project.qrewrite("deploy-check", *base_args(), "--model", RULE, "--eval-json", EVAL_PATHS["eval_json"],
-                           "--eval-rewrites", out, "--server-log", f"logs/{TENANT}/deploy_server.log",
-                           "--out", deploy_json(TENANT))
+    c = project.config
+    c["deploy"] = {"concurrency": [1, 4]}
+    project.set_config(c)
+    project.qrewrite("deploy-check", *base_args(), "--model", RULE, "--eval-json", EVAL_PATHS["eval_json"],
+                     "--eval-rewrites", out, "--server-log", f"logs/{TENANT}/deploy_server.log",
+                     "--out", deploy_json(TENANT))
     doc = json.loads((project.root / deploy_json(TENANT)).read_text(encoding="utf-8"))
-    assert doc["serves"] == "rule" and doc["model"] is None and doc["production"]["command"] is None
+    # the gateway answers the rule itself: no model, no model server
+    assert doc["released"]["kind"] == "rule" and doc["gateway"]["backend"] == "rule" and doc["model_server"] is None
     assert doc["hit_at_1"]["served"] == ev["candidates"]["release"]["hit_at_1"]["mean"] is not None
-    assert doc["hit_at_1"]["identical_rewrites"] == doc["n_queries"] and "no model to serve" in run.stderr
-    assert not (project.root / f"logs/{TENANT}/deploy_server.log").exists()  # no server was started
+    assert doc["texts_identical_to_eval"] and doc["release_id"].startswith(f"{TENANT}/query_history@")
+    assert doc["production"]["vllm"] == [] and set(doc["latency"]) == {"1", "4"}

@@ -66,13 +66,37 @@ def test_client_rows_send_the_own_text_the_history_or_the_routed_text(tmp_path):
     kb.write_text("".join(f'{{"id": "{d.doc_id}", "content": "{d.content}"}}\n' for d in KB), encoding="utf-8")
     cfg = {"rag": {"provider": "local", "top_k": 5, "score_threshold": 0.0, "local": {"k1": 1.5, "b": 0.75}}}
     tenant = {"language": "zh", "kb": {"path": str(kb), "fields": {"doc_id": "id", "title": None, "content": "content"}}}
-    assert client_rows({}, cfg, tenant, ROWS, OWN) == [{"rewrite": o} for o in OWN]
+    # an empty rewrite is never sent, under any decoding: query + history is, marked
+    empty = {"rewrite": "喜欢吗 苹果 / 你吃吗", "model_rewrite": "", "fallback": "empty"}
+    assert client_rows({}, cfg, tenant, ROWS, OWN) == [{"rewrite": o} for o in OWN[:2]] + [empty]
     appended = client_rows({"append_history": True}, cfg, tenant, ROWS, OWN)
     assert appended[0] == {"rewrite": "你看过是动漫 小林家的龙女仆 / 你看过吗", "model_rewrite": OWN[0]}
+    assert appended[2] == empty
     routed = client_rows({"route_by_retrieval": True}, cfg, tenant, ROWS, OWN)
     assert [x["model_rewrite"] for x in routed] == OWN
-    assert [{k: x[k] for k in ("rewrite", "routed_to", "route_top1")} for x in routed] == \
-        asyncio.run(route_rows(rag(), ROWS, OWN))
+    assert [{k: x[k] for k in ("rewrite", "routed_to", "route_top1")} for x in routed[:2]] == \
+        asyncio.run(route_rows(rag(), ROWS[:2], OWN[:2]))
+    assert routed[2] == {**empty, "routed_to": "query_history"}
+
+
+class DownRag:
+    """A RAG provider whose every search fails, as HttpRag does when the service is down."""
+
+    async def search(self, query, rewritten_query=None):
+        from qrewrite.errors import ServiceUnavailable
+
+        raise ServiceUnavailable("RAG service down")
+
+
+def test_a_rag_that_fails_while_routing_stops_a_stage_and_the_gateway_sends_the_own_text():
+    from qrewrite.errors import ServiceUnavailable
+    from qrewrite.eval.route import sent_one
+
+    row, own = ROWS[0], OWN[0]
+    with pytest.raises(ServiceUnavailable):  # a pipeline stage: no figure from a silent fallback
+        asyncio.run(sent_one({"route_by_retrieval": True}, DownRag(), row, own))
+    got = asyncio.run(sent_one({"route_by_retrieval": True}, DownRag(), row, own, on_rag_error="own"))
+    assert got == {"rewrite": own, "model_rewrite": own, "routed_to": "own", "fallback": "rag_unavailable"}
 
 
 def test_a_lever_that_both_appends_and_routes_is_refused():

@@ -99,7 +99,7 @@ def test_the_graph_is_closed_every_file_has_one_maker():
         # one maker, or per-candidate stages over disjoint candidates (eval_generate: models, eval_rewrites: others)
         assert len(makers) == 1 or (all(m.per == "candidate" for m in makers)
                                     and len({m.candidates for m in makers}) == len(makers)), (k, makers)
-    derived = {"eval_split", "all_rewrites", "rewrites", "candidate_model", "reusable_rewrites", "deploy_model",
+    derived = {"eval_split", "all_rewrites", "rewrites", "candidate_model", "deploy_model",
                "deploy_rewrites"}
     for s in STAGES.values():
         for k in s.keys("in"):
@@ -240,19 +240,3 @@ def test_rl_runs_ahead_of_the_eval_generation_that_can_wait():
             prio.setdefault(m.group(1), set()).add(int(p.group(1)) if p else 0)
     assert prio["rl"] == {STAGES["rl"].priority}, prio
     assert prio["eval_generate"] == {0} and prio["sft"] == {0}, prio
-
-
-@pytest.mark.slow
-def test_the_release_generation_waits_for_the_student_rows_it_may_take():
-    """The release's eval_generate job takes the SFT and RL candidates' rows where it repeats them (same weights,
-    same decoding): Snakemake runs it after them, not beside them; the students' own jobs wait for nothing of it."""
-    out = snakemake("-n", "--forceall", "--cores", "2", "--config", "only=fivedoctors")
-    blocks = [b for b in re.split(r"\n(?=(?:local)?rule \w+:)", out) if re.match(r"rule eval_generate:", b)]
-    inputs = {}
-    for b in blocks:
-        cand = re.search(r"wildcards: .*candidate=(\w+)", b).group(1)
-        inputs[cand] = set(re.search(r"^\s+input: (.*)$", b, re.M).group(1).split(", "))
-    assert set(inputs) == {"sft", "rl", "release"}, inputs
-    rows = "results/fivedoctors/eval/{}.jsonl"
-    assert {rows.format("sft"), rows.format("rl")} <= inputs["release"], inputs["release"]
-    assert not any("/eval/" in f for c in ("sft", "rl") for f in inputs[c]), inputs

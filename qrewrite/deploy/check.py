@@ -1,246 +1,207 @@
-"""The serving check behind `qrewrite deploy-check`: serve the model, load it, score it, write deploy.json.
+"""The serving check behind `qrewrite deploy-check`: the tenant's release served through the gateway, as its RAG
+service would call it, against what the eval scored.
 
-1. Start the model folder behind an OpenAI-compatible server on loopback (`server.py`) and wait until it
-   lists the model; it is stopped when the check ends, whatever happens.
-2. One untimed warm-up request, then every eval row once per `deploy.concurrency` level (`load.py`).
-3. Stop the server, then send each level's rewrites through the configured RAG provider: tie-aware Hit@1
-   against gold. The in-process eval's rewrites of the same model (results/T/eval/<candidate>.jsonl) go
-   through the same provider now, so the paired difference served − in-process compares like with like;
-   eval.json's recorded Hit@1 is reported beside it (equal unless the RAG service changed since the eval).
+1. Start the gateway (`qrewrite serve`, one tenant, a fresh random key, loopback) with deploy.backend: the model
+   in the gateway (inprocess, the CPU default), or a model server (`vllm serve`, `swift deploy`) it calls; wait
+   until it lists the tenant's model. Every server is stopped when the check ends, whatever happens.
+2. One untimed warm-up request, then every test row once per `deploy.concurrency` level, each through the OpenAI
+   SDK on `/v1/chat/completions` (`load.py`).
+3. Stop the servers, then compare: each served text with the eval's release row of the same query (text for text;
+   with the inprocess backend a difference fails the check, `deploy.require_identical`), and tie-aware Hit@1 of
+   both through the tenant's RAG provider now (paired difference with its interval), beside eval.json's figure.
+   Every answer must name the release folder's release (`X-Qrewrite-Release`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import platform
+import secrets
 import shlex
+import sys
 from datetime import datetime, timezone
 
 from ..config import base_model_swift
 from ..errors import QrewriteError
 from ..eval import stats
-from ..eval.candidates import RULE_REWRITES, deploy_candidate
-from ..eval.route import client_rows
 from ..eval.hits import hit_at_1
 from ..io_utils import read_json, read_jsonl
 from ..metrics import TIE_RULE
 from ..release.folder import load_release
+from ..serve.keys import key_env
+from ..serve.plan import plan as serving_plan
+from ..serve.release import lineage_sha256
 from . import load, server
 
 log = logging.getLogger(__name__)
 
 
-def production_commands(cfg: dict, model: str, name: str, max_batch_size: int, device: str,
-                        dtype: str | None = None) -> dict:
-    """The serve command lines for production (the key from an env var the shell expands, never its value)."""
-    prod, swift = cfg["deploy"]["production"], base_model_swift(cfg)
-    key = prod["api_key_env"]
-    common = dict(host=prod["host"], port=prod["port"], name=name, model_type=swift["model_type"],
-                  template=swift["template"], max_batch_size=max_batch_size)
-    vllm = server.server_argv("vllm", model, device="cuda", max_model_len=prod["max_model_len"],
-                              gpu_memory_utilization=prod["gpu_memory_utilization"], **common)
-    sw = server.server_argv("swift", model, device=device, dtype=dtype, **common)
-    return {
-        "gpu_vllm": f'VLLM_API_KEY="${key}" ' + shlex.join(vllm),
-        "swift": shlex.join(sw) + f' --api_key "${key}"',
-        "api_key_env": key,
-        "note": f"export {key} first; clients send it as `Authorization: Bearer ...`. Greedy decoding and "
-                "max_tokens are per request (docs/deploy.md).",
-    }
-
-
-def rule_check(cfg: dict, tenant: dict, rows: list[dict], released: dict, *, spec: dict, model: str,
-               recorded: dict, inproc: dict[str, dict]) -> dict:
-    """The release is a rule (no model beat it on validation): there is no model to serve. The RAG service
-    applies the rule itself; the check applies it to the eval rows, sends them through the RAG provider and
-    compares with the eval's in-process rows of the release."""
-    served = {r["query_id"]: r["rewrite"] for r in RULE_REWRITES[released["rule"]](spec, rows)}
-    texts = {"in_process": {qid: _text(r) for qid, r in inproc.items()}, "served": served}
-    scored = hit_at_1(cfg, tenant, rows, texts)
-    boot = cfg["eval"]["bootstrap"]
-    bkw = dict(samples=boot["samples"], seed=boot["seed"], confidence=boot["confidence"])
-    paired = stats.paired(scored["served"], scored["in_process"], **bkw)
-    inproc_h1 = stats.mean_ci(scored["in_process"], **bkw)
-    recorded_h1 = recorded["hit_at_1"]["mean"]
-    log.warning("tenant %s: the release is the rule %s (%s): no model to serve; the RAG service sends %s",
-                tenant["name"], released["name"], released["rule"], released["sends"])
-    return {
-        "tenant": tenant["name"], "candidate": spec["name"], "model": None, "release_folder": model,
-        "split": cfg["eval"]["split"], "serves": "rule", "released": released,
-        "n_queries": len(rows), "n_with_gold": sum(1 for r in rows if r["gold_doc_ids"]),
-        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "note": f"no trained model beat {released['name']} on validation: the tenant gets the rule, not a model. "
-                f"Its RAG service sends {released['sends']}; there is no rewrite server to run.",
-        "rag": {"provider": cfg["rag"]["provider"], "top_k": cfg["rag"]["top_k"]},
-        "tie_rule": TIE_RULE,
-        "hit_at_1": {"served": stats.mean_ci(scored["served"], **bkw)["mean"], "in_process": inproc_h1["mean"],
-                     "in_process_eval_json": recorded_h1, "eval_json_reproduced": _same(recorded_h1, inproc_h1["mean"]),
-                     "paired_served_minus_in_process": paired,
-                     "within_noise": None if paired["diff"] is None else paired["ci_low"] <= 0 <= paired["ci_high"],
-                     "in_process_ci": inproc_h1,
-                     "identical_rewrites": sum(1 for q, t in served.items() if t == texts["in_process"].get(q))},
-        "production": {"rule": released["rule"], "sends": released["sends"], "command": None},
-    }
-
-
-def _in_process(path: str, rows: list[dict], candidate: str) -> dict[str, dict]:
-    by_id = {r["query_id"]: r for r in read_jsonl(path)}
+def _eval_rows(path: str, rows: list[dict]) -> dict[str, dict]:
+    """The eval's release rows of the test split, by query id (gold and red-team rows are not the tenant's traffic)."""
+    by_id = {r["query_id"]: r for r in read_jsonl(path) if r.get("set", "test") == "test"}
     missing = [r["query_id"] for r in rows if r["query_id"] not in by_id]
     if missing:
-        raise QrewriteError(f"{len(missing)} eval rows have no in-process rewrite (first: {missing[0]})", file=path,
-                            hint=f"rerun the eval of candidate {candidate} (snakemake eval) before deploy")
+        raise QrewriteError(f"{len(missing)} test rows have no release row in the eval (first: {missing[0]})",
+                            file=path, hint="rerun the eval of the release (snakemake eval) before the deploy check")
     return by_id
+
+
+def _text(r: dict) -> str:
+    return (r.get("rewrite") or "") if r.get("status") == "ok" else ""
+
+
+def _threads(eval_rows: dict[str, dict], threads: int | None) -> int | None:
+    """The threads the eval generated the release's rows at: the same count gives the same greedy text."""
+    gen = next((r["generation"] for r in eval_rows.values() if r.get("generation")), None)
+    return (gen or {}).get("threads") or threads
+
+
+def run_check(cfg: dict, tenant: dict, rows: list[dict], *, config_path: str, release_folder: str, eval_json: str,
+              eval_rewrites: str, server_log: str, threads: int | None) -> dict:
+    dcfg, ecfg = cfg["deploy"], cfg["eval"]
+    name = tenant["name"]
+    released = load_release(release_folder)["released"]
+    expected_id = f"{name}/{released['name']}@{lineage_sha256(release_folder)[:12]}"
+    recorded = read_json(eval_json)["candidates"].get("release")
+    if recorded is None:
+        raise QrewriteError("eval.json has no candidate 'release'", file=eval_json,
+                            hint="keep {name: release, kind: release} in eval.candidates")
+    evaluated = _eval_rows(eval_rewrites, rows)
+    backend, why = server.choose_backend(dcfg["backend"]) if released["kind"] == "model" else ("rule", "a rule")
+    gen = ecfg["generation"]
+    device = gen["device"] or cfg["train"]["device"]
+    threads = _threads(evaluated, threads or gen["threads"])
+    host = dcfg["host"]
+    levels = sorted(set(dcfg["concurrency"]))
+    key = secrets.token_urlsafe(24)  # this check's own key: nothing else can call its gateway
+    model = cfg["serve"]["model_name"].format(tenant=name)
+    gport = server.free_port(host)
+    gateway_url = f"http://{host}:{gport}/v1"
+    access_log = os.path.join(os.path.dirname(server_log) or ".", "deploy_access.jsonl")
+    argv = [sys.executable, "-m", "qrewrite", "serve", "--config", config_path, "--tenant", name, "--host", host,
+            "--port", str(gport), "--access-log", access_log, "--release", f"{name}={release_folder}",
+            # every level's requests queue on one model: none may fall back for waiting (the texts are compared)
+            "--timeout-s", str(dcfg["request_timeout_s"])]
+    if threads:
+        argv += ["--threads", str(threads)]
+    env = {key_env(cfg["serve"]["api_key_env"], name): key}
+    if threads and device == "cpu":
+        env["OMP_NUM_THREADS"] = str(threads)
+    model_server = None
+    timeout = dcfg["request_timeout_s"]
+    passes = {}
+    with contextlib.ExitStack() as stack:
+        if backend in ("vllm", "swift"):
+            mport = server.free_port(host)
+            swift = base_model_swift(cfg)
+            margv = server.server_argv(backend, release_folder, host=host, port=mport, name=model, device=device,
+                                       model_type=swift["model_type"], template=swift["template"],
+                                       max_batch_size=dcfg["max_batch_size"] or max(levels),
+                                       launcher=server.launcher(backend), dtype=released["decoding"].get("dtype"))
+            mlog = os.path.join(os.path.dirname(server_log) or ".", "deploy_model_server.log")
+            minfo = stack.enter_context(server.serving(margv, base_url=f"http://{host}:{mport}/v1", name=model,
+                                                       log_path=mlog, timeout=dcfg["startup_timeout_s"], env=env))
+            model_server = {"backend": backend, "command": shlex.join(margv), "startup_s": minfo["startup_s"],
+                            "log": mlog}
+            argv += ["--backend", "openai", "--openai-base-url", f"http://{host}:{mport}/v1"]
+        elif backend == "inprocess":
+            argv += ["--backend", "inprocess"]
+        info = stack.enter_context(server.serving(argv, base_url=gateway_url, name=model, log_path=server_log,
+                                                  timeout=dcfg["startup_timeout_s"], env=env,
+                                                  headers={"Authorization": f"Bearer {key}"}))
+        warm = asyncio.run(load.warm_up(gateway_url, key, model, tenant, rows[0], max_tokens=gen["max_new_tokens"],
+                                        timeout_s=timeout))
+        if warm["status"] != "ok":
+            raise QrewriteError(f"the gateway did not answer the warm-up request: {warm['reason']}",
+                                hint=f"read its log {server_log}")
+        for c in levels:
+            results, summary = asyncio.run(load.run_level(gateway_url, key, model, tenant, rows, concurrency=c,
+                                                          max_tokens=gen["max_new_tokens"], timeout_s=timeout))
+            passes[c] = (results, summary)
+            log.info("concurrency %d: p50 %.3fs p95 %.3fs, %.3f req/s, %d errors", c,
+                     summary["latency_s"]["p50"] or -1, summary["latency_s"]["p95"] or -1,
+                     summary["requests_per_s"] or 0, summary["errors"])
+    failed = {c: s["errors"] for c, (_, s) in passes.items() if s["errors"]}
+    if failed:
+        first = next(r for c in failed for r in passes[c][0] if r["status"] != "ok")
+        raise QrewriteError(f"requests to the gateway failed (errors by concurrency: {failed}; first: "
+                            f"{first['reason']})", hint=f"read the gateway's log {server_log}; raise "
+                            "deploy.request_timeout_s / serve.timeout_s if they timed out on a slow machine")
+    wrong = [r for _, (res, _) in passes.items() for r in res if r["release"] != expected_id
+             or r["release_header"] != expected_id]
+    if wrong:
+        raise QrewriteError(f"{len(wrong)} answers named another release than {expected_id} (first: "
+                            f"{wrong[0]['release']} / header {wrong[0]['release_header']})",
+                            hint="the release folder changed during the check: rerun it")
+
+    texts = {"eval": {q: _text(r) for q, r in evaluated.items()}}
+    texts.update({f"served_c{c}": {r["query_id"]: r["rewrite"] or "" for r in res} for c, (res, _) in passes.items()})
+    scored = hit_at_1(cfg, tenant, rows, texts)
+    boot = ecfg["bootstrap"]
+    bkw = dict(samples=boot["samples"], seed=boot["seed"], confidence=boot["confidence"])
+    eval_h1 = stats.mean_ci(scored["eval"], **bkw)
+    by_level, differing = {}, {}
+    for c, (res, _) in passes.items():
+        served = scored[f"served_c{c}"]
+        paired = stats.paired(served, scored["eval"], **bkw)
+        diff = [r["query_id"] for r in res if texts[f"served_c{c}"][r["query_id"]] != texts["eval"][r["query_id"]]]
+        differing[c] = diff
+        by_level[str(c)] = {
+            "served": stats.mean_ci(served, **bkw),
+            "paired_served_minus_eval": paired,
+            "within_noise": None if paired["diff"] is None else paired["ci_low"] <= 0 <= paired["ci_high"],
+            "identical_texts": len(rows) - len(diff), "identical_share": round(1 - len(diff) / len(rows), 6),
+            "differing": [{"query_id": q, "served": texts[f"served_c{c}"][q], "eval": texts["eval"][q]}
+                          for q in diff[:5]],
+        }
+    head = str(levels[0])
+    doc = {
+        "tenant": name, "release_folder": release_folder, "released": released, "release_id": expected_id,
+        "split": ecfg["split"], "n_queries": len(rows), "n_with_gold": sum(1 for r in rows if r["gold_doc_ids"]),
+        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"host": platform.node(), "cpus": os.cpu_count(), "device": device, "threads": threads},
+        "gateway": {"command": shlex.join(argv), "backend": backend, "why": why, "base_url": gateway_url,
+                    "model": model, "startup_s": info["startup_s"], "log": server_log, "access_log": access_log,
+                    "key": f"a random key for this check, in ${key_env(cfg['serve']['api_key_env'], name)}"},
+        "model_server": model_server,
+        "request": {"endpoint": "POST /v1/chat/completions (OpenAI SDK)", "messages": "qrewrite.prompts."
+                    "rewrite_messages (the teacher's and SFT's prompt)", "warm_up_requests": 1},
+        "latency": {str(c): s for c, (_, s) in passes.items()},
+        "rag": {"provider": cfg["rag"]["provider"], "top_k": cfg["rag"]["top_k"]},
+        "tie_rule": TIE_RULE,
+        "hit_at_1": {
+            "served": by_level[head]["served"]["mean"], "eval": eval_h1["mean"],
+            "eval_json": recorded["hit_at_1"]["mean"],
+            "eval_json_reproduced": _same(recorded["hit_at_1"]["mean"], eval_h1["mean"]),
+            "headline_concurrency": levels[0],
+            "paired_served_minus_eval": by_level[head]["paired_served_minus_eval"],
+            "within_noise": by_level[head]["within_noise"], "eval_ci": eval_h1, "by_concurrency": by_level,
+        },
+        "texts_identical_to_eval": all(not d for d in differing.values()),
+        "production": production(cfg, tenant),
+    }
+    if backend == "inprocess" and dcfg["require_identical"] and not doc["texts_identical_to_eval"]:
+        c, diff = next((c, d) for c, d in differing.items() if d)
+        ex = by_level[str(c)]["differing"][0]
+        raise QrewriteError(f"the gateway served {len(diff)} text(s) other than the eval's release rows at "
+                            f"concurrency {c} (first, query {ex['query_id']}: served {ex['served']!r}, eval "
+                            f"{ex['eval']!r}); the same model, prompt, decoding and threads ({threads}) must give the "
+                            "same text", hint="the eval and the check must run on the same machine and release; "
+                            "rerun the eval of the release, or set deploy.require_identical: false to measure a "
+                            "difference")
+    return doc
 
 
 def _same(a: float | None, b: float | None) -> bool:
     return (a is None and b is None) or (a is not None and b is not None and abs(a - b) <= 1e-6)
 
 
-def client_step(decoding: dict) -> tuple[str, str] | None:
-    """(the lever, what a caller does with each served rewrite before retrieval under it); None: the caller sends
-    the served rewrite as it is."""
-    if decoding.get("route_by_retrieval"):
-        return ("route_by_retrieval", "the caller retrieves with the served rewrite, the rewrite + the row's history "
-                "summary and query + history, and keeps the one whose top hit scores highest (release decoding "
-                "route_by_retrieval; qrewrite.eval.route)")
-    if decoding.get("append_history"):
-        return ("append_history", "the caller pastes the row's history summary after each served rewrite before "
-                "retrieval (release decoding append_history; qrewrite.eval.route.with_history)")
-    return None
-
-
-def _text(r: dict) -> str:
-    return (r.get("rewrite") or "").strip() if r.get("status") == "ok" else ""
-
-
-def run_check(cfg: dict, tenant: dict, rows: list[dict], *, model: str, eval_json: str, eval_rewrites: str,
-              server_log: str, threads: int | None) -> dict:
-    dcfg, ecfg = cfg["deploy"], cfg["eval"]
-    spec = deploy_candidate(cfg)
-    released = load_release(model)["released"] if spec["kind"] == "release" else None
-    recorded = read_json(eval_json)["candidates"].get(spec["name"])
-    if recorded is None:
-        raise QrewriteError(f"eval.json has no candidate {spec['name']!r}", file=eval_json,
-                            hint="rerun snakemake eval with deploy.candidate among eval.candidates")
-    inproc = _in_process(eval_rewrites, rows, spec["name"])
-    if released is not None and released["kind"] == "rule":
-        return rule_check(cfg, tenant, rows, released, spec=spec, model=model, recorded=recorded, inproc=inproc)
-    if not os.path.isfile(os.path.join(model, "config.json")):
-        raise QrewriteError("not a Hugging Face model folder (no config.json)", file=model,
-                            hint="build it first: snakemake models (deploy serves the release by default)")
-    decoding = {**ecfg["generation"], **(spec.get("generation") or {}), **((released or {}).get("decoding") or {})}
-    if decoding.get("copy_bias"):
-        log.warning("copy_bias is set (eval.generation, or the decoding the release chose): the in-process eval "
-                    "biased decoding towards each row's own "
-                    "tokens, which the server does not (an OpenAI API caller can send it as logit_bias with vLLM; "
-                    "swift deploy ignores it): served and in-process rewrites may differ")
-    step = client_step(decoding)
-    if step:
-        log.warning("%s is set (the decoding the release chose): the server returns the model's rewrite; %s, as "
-                    "this check does", *step)
-    if decoding.get("trim_loops"):
-        log.warning("trim_loops is set: the in-process eval cut looping rewrites where the loop "
-                    "began; a served rewrite is measured as the server returns it (a caller can cut it the same "
-                    "way: qrewrite.eval.degenerate.trim_loop)")
-    levels = sorted(set(dcfg["concurrency"]))
-    gen = ecfg["generation"]
-    device = gen["device"] or cfg["train"]["device"]
-    threads = threads or gen["threads"]
-    backend, why = server.choose_backend(dcfg["backend"])
-    host = dcfg["host"]
-    port = dcfg["port"] or server.free_port(host)
-    name = dcfg["served_model_name"].format(tenant=tenant["name"])
-    batch = dcfg["max_batch_size"] or max(levels)
-    swift = base_model_swift(cfg)
-    argv = server.server_argv(backend, model, host=host, port=port, name=name, device=device,
-                              model_type=swift["model_type"], template=swift["template"], max_batch_size=batch,
-                              launcher=server.launcher(backend), dtype=decoding.get("dtype"))
-    env = {"OMP_NUM_THREADS": str(threads)} if threads and device == "cpu" else {}
-    base_url = f"http://{host}:{port}/v1"
-    max_tokens = gen["max_new_tokens"]
-    timeout = dcfg["request_timeout_s"]
-
-    passes = {}
-    with server.serving(argv, base_url=base_url, name=name, log_path=server_log, timeout=dcfg["startup_timeout_s"],
-                        env=env) as info:
-        warm = asyncio.run(load.warm_up(base_url, name, tenant, rows[0], max_tokens=max_tokens, timeout_s=timeout))
-        if warm["status"] != "ok":
-            raise QrewriteError(f"the served model did not answer the warm-up request: {warm['reason']}",
-                                hint=f"read the server log {server_log}")
-        for c in levels:
-            results, summary = asyncio.run(load.run_level(base_url, name, tenant, rows, concurrency=c,
-                                                          max_tokens=max_tokens, timeout_s=timeout))
-            passes[c] = (results, summary)
-            log.info("concurrency %d: p50 %.3fs p95 %.3fs, %.3f req/s, %d errors", c, summary["latency_s"]["p50"] or -1,
-                     summary["latency_s"]["p95"] or -1, summary["requests_per_s"] or 0, summary["errors"])
-    failed = {c: s["errors"] for c, (_, s) in passes.items() if s["errors"]}
-    if failed:
-        first = next(r for c in failed for r in passes[c][0] if r["status"] != "ok")
-        raise QrewriteError(f"requests to the served model failed (errors by concurrency: {failed}; first: "
-                            f"{first['reason']})", hint=f"read the server log {server_log}; raise "
-                            "deploy.request_timeout_s if they timed out on a slow machine")
-
-    texts = {"in_process": {qid: _text(r) for qid, r in inproc.items()}}
-    texts.update({f"served_c{c}": {r["query_id"]: _text(r) for r in res} for c, (res, _) in passes.items()})
-    if step:
-        # the caller's step, as the in-process eval took it: what is sent to the RAG for each served text
-        for c in passes:
-            served = texts[f"served_c{c}"]
-            sent = client_rows(decoding, cfg, tenant, rows, [served[r["query_id"]] for r in rows])
-            texts[f"served_c{c}"] = {r["query_id"]: f["rewrite"] if served[r["query_id"]] else ""
-                                     for r, f in zip(rows, sent)}
-    scored = hit_at_1(cfg, tenant, rows, texts)
-    boot = ecfg["bootstrap"]
-    bkw = dict(samples=boot["samples"], seed=boot["seed"], confidence=boot["confidence"])
-    inproc_h1 = stats.mean_ci(scored["in_process"], **bkw)
-
-    by_level = {}
-    for c, (res, _) in passes.items():
-        served = scored[f"served_c{c}"]
-        paired = stats.paired(served, scored["in_process"], **bkw)
-        same = sum(1 for r in res if texts[f"served_c{c}"][r["query_id"]] == texts["in_process"][r["query_id"]])
-        by_level[str(c)] = {
-            "served": stats.mean_ci(served, **bkw),
-            "paired_served_minus_in_process": paired,
-            # None: no row with gold, nothing to compare
-            "within_noise": None if paired["diff"] is None else paired["ci_low"] <= 0 <= paired["ci_high"],
-            "identical_rewrites": same, "identical_share": round(same / len(rows), 6),
-        }
-    head = str(levels[0])
-    recorded_h1 = recorded["hit_at_1"]["mean"]
-    return {
-        "tenant": tenant["name"], "candidate": spec["name"], "model": model, "split": ecfg["split"],
-        "serves": "model", "released": released,
-        "n_queries": len(rows), "n_with_gold": sum(1 for r in rows if r["gold_doc_ids"]),
-        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"host": platform.node(), "cpus": os.cpu_count(), "device": device, "threads": threads},
-        "server": {"backend": backend, "why": why, "command": shlex.join(argv), "base_url": base_url,
-                   "served_model_name": name, "max_batch_size": batch, "startup_s": info["startup_s"],
-                   "log": server_log},
-        "request": {"endpoint": "POST /v1/chat/completions", "messages": "qrewrite.prompts.rewrite_messages "
-                    "(the eval's and SFT's prompt)", "temperature": 0.0, "max_tokens": max_tokens,
-                    "stream": False, "warm_up_requests": 1},
-        "latency": {str(c): s for c, (_, s) in passes.items()},
-        # how the in-process eval generated (batched rewrites pad: greedy text can differ from one request's)
-        "in_process": {"generation": next((r["generation"] for r in inproc.values() if r.get("generation")), None),
-                       "latency_s_eval_json": recorded.get("latency_s")},
-        "rag": {"provider": cfg["rag"]["provider"], "top_k": cfg["rag"]["top_k"]},
-        "tie_rule": TIE_RULE,
-        "hit_at_1": {
-            "served": by_level[head]["served"]["mean"],
-            "in_process": inproc_h1["mean"],
-            "in_process_eval_json": recorded_h1,
-            "eval_json_reproduced": _same(recorded_h1, inproc_h1["mean"]),
-            "headline_concurrency": levels[0],
-            "paired_served_minus_in_process": by_level[head]["paired_served_minus_in_process"],
-            "within_noise": by_level[head]["within_noise"],
-            "in_process_ci": inproc_h1,
-            "by_concurrency": by_level,
-        },
-        "production": production_commands(cfg, model, name, batch, device, decoding.get("dtype")),
-        # the release's decoding includes a step the server cannot take: the caller's
-        "client_step": step[1] if step else None,
-    }
-
+def production(cfg: dict, tenant: dict) -> dict:
+    """What serves this tenant in production (`qrewrite serve-plan` for all tenants at once)."""
+    p = serving_plan(cfg, [tenant])
+    return {"tenant": p["tenants"][tenant["name"]], "vllm": [shlex.join(s["argv"]) for s in p["vllm"]],
+            "gateway": "qrewrite serve --config config.yaml (serve.*; `qrewrite serve-plan` writes the cluster "
+                       "commands and a Slurm script)", "key_env": p["key_env"][tenant["name"]]}

@@ -34,17 +34,16 @@ _MODULE = {"vllm": "vllm", "swift": "swift"}
 
 
 def choose_backend(requested: str) -> tuple[str, str]:
-    """(backend, why): `auto` takes vllm where it is importable, else ms-swift; a named one must be there."""
+    """(backend, why) of the gateway in the deploy check: `inprocess` (the model in the gateway), or a model server
+    behind it (`vllm`, `swift`). `auto` takes vllm where it is importable (a GPU node), else inprocess; a named
+    server must be importable."""
+    if requested == "inprocess":
+        return "inprocess", "deploy.backend: inprocess"
     have = {b: importlib.util.find_spec(_MODULE[b]) is not None for b in BACKENDS}
     if requested == "auto":
-        for b in BACKENDS:
-            if have[b]:
-                skipped = BACKENDS[:BACKENDS.index(b)]
-                why = f"auto: {b} is importable in {sys.executable}" + \
-                    (f" ({', '.join(skipped)} is not)" if skipped else "")
-                return b, why
-        raise QrewriteError(f"deploy.backend auto: neither vllm nor ms-swift is importable in {sys.executable}",
-                            hint="run `qrewrite deploy-check` in the swift env (it re-runs itself there) or install vllm")
+        if have["vllm"]:
+            return "vllm", f"auto: vllm is importable in {sys.executable}"
+        return "inprocess", f"auto: vllm is not importable in {sys.executable}: the model in the gateway"
     if not have[requested]:
         raise QrewriteError(f"deploy.backend is {requested} but {_MODULE[requested]!r} is not importable in "
                             f"{sys.executable}", hint="install it in this env, or set deploy.backend: auto")
@@ -105,7 +104,8 @@ def _tail(path: Path, n: int = 40) -> str:
         return "(no server log)"
 
 
-def wait_ready(base_url: str, name: str, proc: subprocess.Popen, log_path: Path, timeout: float) -> float:
+def wait_ready(base_url: str, name: str, proc: subprocess.Popen, log_path: Path, timeout: float,
+               headers: dict | None = None) -> float:
     """Seconds until GET /v1/models lists `name`; an error with the log's tail if the server exits or times out."""
     start = time.monotonic()
     while time.monotonic() - start < timeout:
@@ -114,7 +114,7 @@ def wait_ready(base_url: str, name: str, proc: subprocess.Popen, log_path: Path,
                                 f"(log {log_path}):\n{_tail(log_path)}",
                                 hint="the log's last lines say why (model folder, port in use, missing package)")
         try:
-            r = httpx.get(f"{base_url}/models", timeout=5)
+            r = httpx.get(f"{base_url}/models", timeout=5, headers=headers)
             if r.status_code == 200 and any(m.get("id") == name for m in r.json().get("data", [])):
                 return time.monotonic() - start
         except (httpx.HTTPError, ValueError):
@@ -162,7 +162,7 @@ def _sigterm_raises() -> Iterator[None]:
 
 @contextlib.contextmanager
 def serving(argv: list[str], *, base_url: str, name: str, log_path: str | Path, timeout: float,
-            env: dict | None = None) -> Iterator[dict]:
+            env: dict | None = None, headers: dict | None = None) -> Iterator[dict]:
     """Run `argv` until the block ends (also on error, Ctrl-C or SIGTERM); yields {startup_s, pid}."""
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -172,7 +172,7 @@ def serving(argv: list[str], *, base_url: str, name: str, log_path: str | Path, 
                                 env={**os.environ, **(env or {})}, start_new_session=True,
                                 preexec_fn=_die_with_parent)
         try:
-            startup = wait_ready(base_url, name, proc, log_path, timeout)
+            startup = wait_ready(base_url, name, proc, log_path, timeout, headers)
             log.info("model server ready on %s after %.1fs (pid %d)", base_url, startup, proc.pid)
             yield {"startup_s": round(startup, 3), "pid": proc.pid}
         finally:

@@ -211,79 +211,36 @@ def generation_key(decoding: dict) -> tuple:
     return tuple(decoding.get(k) for k in DECODING_KEYS)
 
 
-def reusable_candidates(cfg: dict) -> list[dict]:
-    """The eval candidates whose rows the release's may repeat (`same_generation`): the local models of the
-    students a release can hand over."""
-    students = {STUDENTS[n] for n in cfg["release"]["candidates"] if n in STUDENTS}
-    return [c for c in cfg["eval"]["candidates"] if c["kind"] == "model" and c.get("artifact") in students]
+def served_decoding(decoding: dict) -> dict:
+    """A released model's decoding as the gateway serves it: each request generated alone (SERVED_BATCH_SIZE)."""
+    from .generate import SERVED_BATCH_SIZE
 
-
-def same_generation(cfg: dict, tenant: dict, released: dict, folder: str,
-                    rows: list[dict]) -> tuple[str, list[dict]] | None:
-    """(path, rows) of the eval rewrites of the candidate whose generation the released model repeats exactly:
-    the same weights (the release folder links that candidate's files: the same files, `reuse.weights_identity`),
-    the same decoding, the same rows, written after the weights. None if there is none: the release then generates
-    its own."""
-    from pathlib import Path
-
-    from ..paths import eval_paths
-    from .reuse import weights_identity
-
-    weights = weights_identity(folder)
-    for spec in reusable_candidates(cfg):
-        if spec.get("artifact") != released["artifact"]:
-            continue
-        path = Path(eval_paths(tenant["name"])["rewrites"].replace("{candidate}", spec["name"]))
-        gen = {**cfg["eval"]["generation"], **(spec.get("generation") or {})}
-        if not (weights and path.is_file() and weights_identity(model_path(spec, tenant)) == weights
-                and path.stat().st_mtime_ns > max(mtime for *_, mtime in weights)):
-            continue
-        if generation_key(gen) != generation_key(released["decoding"]):
-            continue
-        old = read_jsonl(path)
-        if [r["query_id"] for r in old] == [r["query_id"] for r in rows] and all(r["status"] == "ok" for r in old):
-            return str(path), old
-    return None
-
-
-def reused_rows(taken: list[dict], rows: list[dict], spec: dict, source: str, decoding: dict, cfg: dict,
-                tenant: dict) -> list[dict]:
-    """Another candidate's eval rows of the same generation, as the release's: the model's own text, sent as the
-    release's decoding sends it (append_history, route_by_retrieval: qrewrite.eval.route), whatever the source
-    did."""
-    own = [r.get("model_rewrite", r["rewrite"]) for r in taken]
-    sent = client_rows(decoding, cfg, tenant, rows, own)
-    drop = ("model_rewrite", "routed_to", "route_top1")
-    return [{**{k: v for k, v in r.items() if k not in drop}, **_base(spec, row), **fields, "reused_from": source}
-            for r, row, fields in zip(taken, rows, sent)]
+    return {**decoding, "batch_size": SERVED_BATCH_SIZE}
 
 
 def release_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], folder: str,
                      threads: int | None) -> list[dict]:
-    """The release's rewrites: its rule's, or its model's with the decoding the release chose on validation
-    (models/T/release/release.json). Each row names what was released (`released`). A released model whose
-    eval candidate already rewrote these rows with the same weights and decoding (`same_generation`) is not run
-    again: its rows are taken, marked `reused_from` (greedy decoding gives the same text; about 3 CPU minutes a
-    tenant in make run)."""
+    """The release's rewrites, as the gateway (`qrewrite serve`) answers them: its rule's, or its model's with the
+    decoding the release chose on validation (models/T/release/release.json), each row generated alone as a served
+    request is (`served_decoding`), then sent as that decoding sends it (qrewrite.eval.route). Each row names
+    what was released (`released`). The deploy check asks the gateway for the same rows and compares text for text."""
     from ..release.folder import load_release
 
     released = load_release(folder)["released"]
     if released["kind"] == "rule":
         out = RULE_REWRITES[released["rule"]](spec, rows)
-    elif (same := same_generation(cfg, tenant, released, folder, rows)) is not None:
-        source, taken = same
-        out = reused_rows(taken, rows, spec, source, released["decoding"], cfg, tenant)
     else:
-        out, info = model_rewrites({**spec, "generation": released["decoding"]}, cfg, tenant, rows, folder, threads)
+        out, info = model_rewrites({**spec, "generation": served_decoding(released["decoding"])}, cfg, tenant, rows,
+                                   folder, threads)
         out = [{**r, "generation": info} for r in out]
     return [{**r, "released": released["name"]} for r in out]
 
 
 def deploy_candidate(cfg: dict) -> dict:
-    """The eval candidate `deploy.candidate` names; it must be a local model or the release (kind model, release)."""
+    """The eval candidate the deploy check compares with: the release (deploy.candidate)."""
     spec = candidate_spec(cfg, cfg["deploy"]["candidate"])
-    if spec["kind"] not in MODEL_KINDS:
-        raise QrewriteError(f"deploy.candidate {spec['name']!r} is an eval candidate of kind {spec['kind']}, "
-                            "not a local model or the release", hint="name the release (the default) or a kind: "
-                                                                     "model candidate, e.g. rl")
+    if spec["kind"] != "release":
+        raise QrewriteError(f"deploy.candidate {spec['name']!r} is an eval candidate of kind {spec['kind']}, not the "
+                            "release", hint="the deploy check serves the release through the gateway: keep "
+                                            "{name: release, kind: release} in eval.candidates")
     return spec

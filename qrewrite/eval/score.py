@@ -225,8 +225,9 @@ def _degenerate(name: str, rws: list[dict], rows: list[dict], per: list[dict], f
         rw = by_id.get(row["query_id"], {})
         if rw.get("status") != "ok":
             return None
-        # a trimmed loop ended where the loop began: judged as finished
-        return degeneracy(rw.get("rewrite") or "", source=source_text(row),
+        # the model's own text (a lever or a fallback may send another); a trimmed loop ended where the loop began:
+        # judged as finished
+        return degeneracy(rw.get("model_rewrite", rw.get("rewrite")) or "", source=source_text(row),
                           finished=True if rw.get("loop_trimmed") else rw.get("finished"))
 
     reasons = [reason(row) for row in rows]
@@ -235,6 +236,9 @@ def _degenerate(name: str, rws: list[dict], rows: list[dict], per: list[dict], f
     routed = [by_id.get(r["query_id"], {}).get("routed_to") for r in rows]  # route_by_retrieval: what each row sent
     if any(routed):
         out["routed_to"] = {p: routed.count(p) for p in dict.fromkeys(p for p in routed if p)}
+    # rows that sent query + history instead of the model's text (qrewrite.eval.route: an empty rewrite), by why
+    fell = [by_id.get(r["query_id"], {}).get("fallback") for r in rows]
+    out["fallbacks"] = {f: fell.count(f) for f in dict.fromkeys(f for f in fell if f)}
     if out["degenerate"]["n"] and fallback is not None:
         mixed = [fb if why else s for s, fb, why in zip(per, fallback, reasons)]
         out["with_fallback"] = {"fallback": "query_history", "replaced": out["degenerate"]["n"],

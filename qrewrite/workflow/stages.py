@@ -7,7 +7,7 @@ rule `merge_sft` = DVC stage `merge_sft@T` = `qrewrite merge-sft` = `cmd_merge_s
 
 A stage's files are artifact keys (`qrewrite.paths`): layout keys (`queries`, `sft_model`, ...), files the
 tenant's config gives (`raw_excel`, `kb`, `gold_set`, ...: `CONFIG_FILES`) and a few that follow from the
-config (`eval_split`, `candidate_model`, `reusable_rewrites`, `rewrites`, `all_rewrites`, `deploy_model`,
+config (`eval_split`, `candidate_model`, `rewrites`, `all_rewrites`, `deploy_model`,
 `deploy_rewrites`).
 `resolve()` turns a key into a path for one job. It is also called with placeholder names ("{tenant}",
 "${key}", "${item.kb}") to make Snakemake's wildcard patterns and DVC's foreach templates from the same code.
@@ -19,14 +19,10 @@ from dataclasses import dataclass
 
 from functools import cache
 
-from ..eval.candidates import MODEL_KINDS, reusable_candidates
+from ..eval.candidates import MODEL_KINDS
 from ..paths import BASE_MODEL, CONFIG_FILES, REPORT_HTML, deploy_json, eval_paths, tenant_paths
 # Keys that depend on an eval candidate (the job's, or deploy.candidate's): per-item values in dvc.yaml.
 CANDIDATE_FILES = ("candidate_model", "deploy_model")
-# Inputs that only order jobs a parallel scheduler would run side by side (the job works without them): Snakemake's
-# rules list them, dvc.yaml does not (`dvc repro` runs one stage at a time, and a foreach item cannot carry deps
-# its siblings lack).
-ORDER_ONLY = ("reusable_rewrites",)
 
 
 @dataclass(frozen=True)
@@ -180,10 +176,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("eval_generate", "A local model candidate's rewrites (greedy, the SFT prompt) with per-query latency "
           "and GPU-hour cost.", "eval", per="candidate", candidates="model",
           args=(i("test", "eval_split"), i("queries"), i("model", "candidate_model"), o("out", "rewrites")),
-          # the release's job waits for the students' rows it may take (`reusable_rewrites`): run beside them, it
-          # generated the same rows again (fivedoctors, 250 s of make run's tail on 2026-12-02)
           # the KB and rag: a route_by_retrieval decoding (qrewrite.eval.route) retrieves to choose what is sent
-          reads=("gold_set", "red_team", "reusable_rewrites", "kb"),
+          reads=("gold_set", "red_team", "kb"),
           params=("candidate", "eval.generation", "eval.max_rows", "eval.gpu_hour_usd", "rag", "tenant"),
           env="swift", threads=True, mem_mb=16000, runtime=120, half="eval"),
     # the teacher candidate rewrites gold and red-team rows the data half never saw: it needs the KB
@@ -234,11 +228,12 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
                                                 "tenant"), env="swift", threads=True, mem_mb=16000, runtime=120,
           metrics=("judge_json",), half="judge", dvc=False),
     # --- serving check (`snakemake deploy`, not in `all`) ------------------------------------------------
-    Stage("deploy_check", "Serve deploy.candidate's model on loopback, send the eval rows through it at each "
-          "concurrency level and the rewrites through the RAG → deploy.json.", "deploy",
+    Stage("deploy_check", "Serve the release through the gateway (qrewrite serve) on loopback, send every test row "
+          "as the tenant's RAG would at each concurrency level, compare with the eval's release rows → deploy.json.",
+          "deploy",
           args=(i("model", "deploy_model"), i("test", "eval_split"), i("queries"), i("eval-json", "eval_json"),
                 i("eval-rewrites", "deploy_rewrites"), o("out", "deploy_json")),
-          params=("deploy", "eval.generation", "eval.max_rows", "rag", "tenant"), env="swift", threads=True,
+          params=("deploy", "serve", "eval.generation", "eval.max_rows", "rag", "tenant"), env="swift", threads=True,
           mem_mb=16000, runtime=60, half="deploy", dvc=False, server_log=True),
 )}
 
@@ -321,9 +316,6 @@ def resolve(key: str, tenant: str, given: dict, cfg: dict, candidate: str | None
         return [rewrites(c["name"]) for c in cfg["eval"]["candidates"]]
     if key == "deploy_rewrites":
         return rewrites(cfg["deploy"]["candidate"])
-    if key == "reusable_rewrites":  # the release's job only (None for a placeholder: dvc.yaml leaves it out)
-        spec = next((c for c in cfg["eval"]["candidates"] if c["name"] == candidate), None)
-        return [rewrites(c["name"]) for c in reusable_candidates(cfg)] if spec and spec["kind"] == "release" else None
     if key == "eval_split":
         key = cfg["eval"]["split"]
     paths = tenant_paths(tenant)
