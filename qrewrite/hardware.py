@@ -53,6 +53,23 @@ def speed_note(cfg: dict, has_bf16: bool | None = None) -> str | None:
                 "(float32 here, bfloat16 where the CPU has the units).")
     if "auto" in settings.values():
         return ("this CPU has no bf16 units (avx512_bf16 / amx_bf16), so `auto` trains and generates in float32: "
-                "the demo pipeline took 69.7 min on such a CPU (an AMD EPYC, 2 cores), against 12.4 min with the "
-                "install on an Intel Xeon with them (docs/benchmarks.md).")
+                "the demo pipeline took 69.7 min on such a CPU (an AMD EPYC, 2 cores), against 10.3 min on an Intel "
+                "Xeon with them, the pipeline alone in both, without the install (docs/benchmarks.md).")
     return None
+
+
+def processes_per_node(device: str, environ=None) -> int:
+    """SFT's torchrun processes on this node (ms-swift reads NPROC_PER_NODE): NPROC_PER_NODE where it is set, else
+    on cuda one per GPU the job was given (Slurm's SLURM_GPUS_ON_NODE, else CUDA_VISIBLE_DEVICES), else 1. The Slurm
+    profile asks 8 GPUs for sft: without this the job trained on one of them."""
+    import os
+
+    env = os.environ if environ is None else environ
+    if env.get("NPROC_PER_NODE"):
+        return max(1, int(env["NPROC_PER_NODE"]))
+    if not str(device).startswith("cuda"):
+        return 1
+    if env.get("SLURM_GPUS_ON_NODE", "").isdigit():
+        return max(1, int(env["SLURM_GPUS_ON_NODE"]))
+    visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip() and d.strip() != "-1"]
+    return max(1, len(visible))

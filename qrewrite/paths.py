@@ -30,6 +30,7 @@ def tenant_paths(tenant: str) -> dict[str, str]:
         "sft_train": f"{r}/sft/targets/train.jsonl",  # what SFT learns from (train.sft.targets)
         "sft_val": f"{r}/sft/targets/val.jsonl",
         "stats_sft_targets": f"{r}/stats/sft_targets.json",
+        "gate": f"{r}/gate.json",                   # the training gate: may a student be trained on this data
         "reward_check": f"{r}/reward_check.json",   # the judge and the reward checked on derived labels
         "summary": f"{r}/summary.json",
         "data_card": f"{r}/data_card.md",            # the dataset's card (qrewrite data-card)

@@ -6,12 +6,13 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
-from qrewrite.config import SCHEMA_PATH, selected_tenants, validate_config
+from qrewrite.config import SCHEMA_PATH, check_before_schema, selected_tenants, validate_config
 from qrewrite.envs import own_bin_first_on_path
 from qrewrite.errors import QrewriteError
 from qrewrite.hardware import speed_note
 from qrewrite.io_utils import write_text_atomic
 from qrewrite.paths import demo_excel
+from qrewrite.secret import redact_values
 from qrewrite.workflow.stages import (DIRECTORIES, STAGES, candidates, command, flat, job_files, job_threads, jobs,
                                       named_files, param_value, resolve)
 
@@ -19,6 +20,8 @@ from qrewrite.workflow.stages import (DIRECTORIES, STAGES, candidates, command, 
 # Python running Snakemake comes first on PATH, so `.venv/bin/snakemake` needs no .venv/bin on PATH.
 own_bin_first_on_path()
 
+# first: a key pasted where an env var's name belongs (validate's message would quote it), a base_model not named
+check_before_schema(config, source="snakemake config")
 validate(config, str(SCHEMA_PATH))  # fills defaults in place; fails early on a bad config
 validate_config(config, source="snakemake config")  # cross-field checks (unique tenants, split sums, eval names)
 
@@ -69,7 +72,9 @@ onstart:
     # a CPU without bf16 units runs `auto` in float32, several times slower: said before the hours start
     if (_speed := speed_note(config)):
         print(f"qrewrite: note: {_speed}", file=sys.stderr)
-    _resolved = yaml.safe_dump({k: v for k, v in config.items() if k != "only"}, allow_unicode=True,
+    # credential-shaped values masked: none in a config that passed validation (check_before_schema), so what the
+    # commands read is unchanged
+    _resolved = yaml.safe_dump(redact_values({k: v for k, v in config.items() if k != "only"}), allow_unicode=True,
                                sort_keys=True)
     if not Path(RESOLVED_CONFIG).exists() or Path(RESOLVED_CONFIG).read_text(encoding="utf-8") != _resolved:
         write_text_atomic(RESOLVED_CONFIG, _resolved)

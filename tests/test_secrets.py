@@ -204,3 +204,53 @@ def _leaks_in(printed: dict[str, str], root: Path) -> list[str]:
         if f.is_file() and f.name != "config.yaml":  # config.yaml holds the pasted key: the user put it there
             found += [f"{f} ({form})" for form, b in forms.items() if b in f.read_bytes()]
     return found
+
+
+# ---- a key pasted where the variable's NAME belongs: refused by every config load, never quoted ---------------------
+
+PASTED = "sk-proj-AbC9xQ2mN7pL4tR8vW1yZ3kJ6hG5fD0sQ"
+
+
+def _quoted(text: str) -> list[str]:
+    """The forms of PASTED found in `text` (as `needles` searches for the sentinel)."""
+    forms = {"raw": PASTED, "head": PASTED[:16], "tail": PASTED[-16:]}
+    return [form for form, s in forms.items() if s in text]
+
+
+def test_a_pasted_key_is_refused_by_qrewrite_config_a_stage_and_snakemake_without_quoting_it(project):
+    """teacher.openai.api_key_env holding the key itself: `qrewrite config`, a stage's config load and Snakemake
+    (before snakemake.utils.validate, whose messages quote the value) all stop with exit 2 / an error naming the
+    setting and saying to export the key in a variable and put its name there, and print nothing of the key."""
+    cfg = project.config
+    cfg["teacher"]["openai"]["api_key_env"] = PASTED
+    project.set_config(cfg)
+    setting = "config key teacher.openai.api_key_env must be the NAME of an environment variable"
+
+    proc = project.qrewrite("config", "--config", "config.yaml", check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert setting in proc.stderr and "export the key in a variable" in proc.stderr \
+        and "put the variable's name there" in proc.stderr, proc.stderr
+    assert proc.stdout == "" and not _quoted(proc.stdout + proc.stderr), proc.stderr
+
+    project.stage("build-excel", check=False)
+    proc = project.stage("ingest", check=False)  # every stage loads the config the same way (cli_args.load)
+    assert proc.returncode == 2 and setting in proc.stderr, proc.stderr
+    assert not _quoted(proc.stdout + proc.stderr), proc.stderr
+
+    exe = Path(sys.executable).parent / "snakemake"
+    proc = subprocess.run([str(exe), "-s", str(REPO / "Snakefile"), "-d", str(project.root), "--cores", "1", "-n"],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+    out = proc.stdout + proc.stderr  # Snakemake prints a Snakefile's error on stdout
+    assert proc.returncode != 0 and setting in out, out[-3000:]
+    assert not _quoted(out), out[-3000:]
+
+
+def test_qrewrite_config_masks_the_value_of_a_secret_environment_variable(project):
+    """What `qrewrite config` prints is redacted: a secret env var's value (here also typed into a prompt, which no
+    pattern can tell from text) is printed as [REDACTED]; variable names stay."""
+    secret = "内部口令-Zq7Xw3Rt"
+    project.update_tenant("fivedoctors", system_prompt=f"改写查询。{secret}")
+    proc = project.qrewrite("config", "--config", "config.yaml", env={"QR_DUMP_TOKEN": secret})
+    assert secret not in proc.stdout and "改写查询。[REDACTED]" in proc.stdout
+    assert "api_key_env: OPENAI_API_KEY" in proc.stdout

@@ -120,7 +120,7 @@ def test_pipeline_runs_on_slurm_with_profile(slurm, fake_openai, tmp_path):
            "QREWRITE_SLURM_PARTITION": cluster.CPU_PARTITION, "QREWRITE_SLURM_GPU_PARTITION": cluster.GPU_PARTITION,
            "QREWRITE_SLURM_ACCOUNT": cluster.ACCOUNT, "QREWRITE_SLURM_GPU_MODEL": cluster.GPU_TYPE,
            "QREWRITE_SLURM_GPUS": "1", "QREWRITE_SLURM_GPU_CPUS": str(gpu_cpus),
-           "QREWRITE_APPTAINER_LOG": str(apptainer_log)}
+           "QREWRITE_APPTAINER_LOG": str(apptainer_log), "QREWRITE_APPTAINER_BIND": "/models"}
     start = time.time()
     # the literal command, plus a shorter first status poll than a real cluster wants (40 s)
     proc = subprocess.run([str(Path(sys.executable).parent / "snakemake"), "--profile", "slurm",
@@ -173,6 +173,15 @@ def test_pipeline_runs_on_slurm_with_profile(slurm, fake_openai, tmp_path):
         assert c["slurm_cpus_per_task"] == c["threads"], c
         if rule == "sft":
             assert c["threads"] == str(gpu_cpus) and c["cuda_visible_devices"] == "0", c
+        # the teacher's key, exported where `snakemake --profile slurm` ran, reaches every job's container by name
+        # (sbatch passes the environment, Apptainer passes it in: docs/cluster.md "API keys")
+        assert "OPENAI_API_KEY" in c["key_env_names"], c
+        # the profile binds QREWRITE_APPTAINER_BIND's paths into every container
+        assert "--bind" in c["argv"] and "/models" in c["argv"][c["argv"].index("--bind") + 1], c
+    import hashlib
+
+    auth = {r.get("auth_sha256") for r in fake_openai.requests()}
+    assert auth == {hashlib.sha256(b"Bearer test-key-not-secret").hexdigest()}, "the key reached the teacher API"
 
     completed = sum(j["State"] == "COMPLETED" for j in jobs)
     print(f"\nSLURM RUN {run_id}: wall {wall:.0f}s, jobs submitted {len(jobs)}, completed {completed}, "

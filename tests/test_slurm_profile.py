@@ -155,3 +155,16 @@ def test_without_apptainer_the_profile_fails_clearly(checkout):
     """`--sdm apptainer` in the profile is not silently dropped where Apptainer is missing."""
     with pytest.raises(AssertionError, match="apptainer or singularity command has to be available"):
         run(checkout, str(Path(sys.executable).parent / "snakemake"), "--profile", "slurm", "-n", stub=False)
+
+
+@pytest.mark.parametrize("env,device,want", [
+    ({}, "cpu", 1), ({"SLURM_GPUS_ON_NODE": "8"}, "cpu", 1),            # CPU training: one process
+    ({}, "cuda", 1), ({"SLURM_GPUS_ON_NODE": "8"}, "cuda", 8),         # the profile's 8 GPUs for sft
+    ({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, "cuda", 4),                  # a GPU node outside Slurm
+    ({"NPROC_PER_NODE": "2", "SLURM_GPUS_ON_NODE": "8"}, "cuda", 2)])  # set by hand: as given
+def test_sft_runs_one_process_per_gpu_the_job_was_given(env, device, want):
+    """SFT's torchrun processes follow the Slurm allocation (ms-swift reads NPROC_PER_NODE): the profile asks 8 GPUs
+    for sft, and without NPROC_PER_NODE one process trained on one of them."""
+    from qrewrite.hardware import processes_per_node
+
+    assert processes_per_node(device, env) == want

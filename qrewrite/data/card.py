@@ -55,10 +55,10 @@ def _biases(tenant: dict, summary: dict, gold: dict, red: dict) -> list[str]:
         hi, lo = max(shares, key=shares.get), min(shares, key=shares.get)
         gap = shares[hi] - shares[lo]
         detail = ", ".join(f"{k} {v:.1%}" for k, v in sorted(shares.items()))
-        tail = (f": '{hi}' rows are under-represented in train/val/test (gap {gap:.1%}), so the test split is easier "
-                f"than the tenant's traffic if '{hi}' is the harder label." if gap > DROP_GAP
-                else f" (within {DROP_GAP:.0%} of each other).")
-        out.append(f"The split filters dropped {detail} of the rows per difficulty label{tail}")
+        tail = (f": '{hi}' rows are under-represented among the training targets (gap {gap:.1%}), so the student "
+                f"sees fewer of them than the tenant's traffic holds (validation and test keep every row)."
+                if gap > DROP_GAP else f" (within {DROP_GAP:.0%} of each other).")
+        out.append(f"The training filters would drop {detail} of the rows per difficulty label{tail}")
     elif tenant["columns"].get("difficulty") is None:
         out.append("No difficulty column is configured: whether the filters drop mostly hard rows is not measured.")
     provider = summary["teacher"]["provider"]
@@ -134,6 +134,10 @@ def build_card(cfg: dict, tenant: dict, *, queries: str, teacher: str, validated
         "difficulty": _difficulty(tenant, q_rows, split_rows),
         "drops_by_difficulty": s.get("drops_by_difficulty") or {},
         "teacher": s["teacher"],
+        # the teacher against the rules a tenant has without a model, on every ingested row with gold (the gate's)
+        "teacher_fit": (s.get("stages", {}).get("validate") or {}).get("teacher_fit"),
+        "split_basis": (s.get("stages", {}).get("split") or {}).get("basis"),
+        "not_trainable": (s.get("stages", {}).get("split") or {}).get("not_trainable"),
         "filters": {"thresholds": tenant["thresholds"], "split": cfg["split"]},
         "retrieval": s.get("retrieval"),
         "gold_set": gold or None,
@@ -142,8 +146,9 @@ def build_card(cfg: dict, tenant: dict, *, queries: str, teacher: str, validated
         "intended_use": [
             f"Training and evaluating a query-rewrite model for tenant {tenant['name']}'s RAG service "
             f"(KB {tenant['kb']['name']!r}, {tenant['language']}): the rewrite is a search query, never an answer.",
-            "Not for answering users' questions, not for other tenants' knowledge bases, and not as a measure of "
-            "real traffic (the filters keep only rows the teacher rewrote well).",
+            "Not for answering users' questions and not for other tenants' knowledge bases. Validation and test "
+            "hold every row of their question groups (the tenant's traffic); only training rows are filtered to "
+            "the teacher's good rewrites.",
         ],
     }
 
@@ -175,6 +180,23 @@ def render_md(card: dict) -> str:
     tch = card["teacher"]
     out += ["## Teacher", "", f"{tch['provider']}/{tch['model']}: {tch['new_calls']} new calls, {tch['cache_hits']} "
             f"cached, {tch['failed_calls']} failed; tokens {tch['tokens']}; cost {tch['cost_usd']}.", ""]
+    fit = card.get("teacher_fit")
+    if fit and fit.get("n"):
+        def cell(k: str) -> str:
+            m = fit[k]
+            return f"{m['mean']:.3f} [{m['ci_low']:.3f}, {m['ci_high']:.3f}]"
+        d = fit["teacher_minus_query_history"]
+        out += ["Tie-aware Hit@1 on every ingested row with gold (" + str(fit["n"]) + " rows; a failed teacher call "
+                "is a miss): what the teacher gives against what the tenant has without a model. A teacher below "
+                "query + history stops the run before SFT (the training gate).", "",
+                "| raw query | query + history | teacher | teacher − query + history |", "|---|---|---|---|",
+                f"| {cell('raw')} | {cell('query_history')} | {cell('teacher')} | "
+                f"{d['diff']} [{d['ci_low']}, {d['ci_high']}] |", ""]
+    if card.get("not_trainable"):
+        nt = card["not_trainable"]
+        out += [f"Validation and test keep every row of their groups; rows that are no training target (kept, "
+                f"measured like any other): " + "; ".join(f"{k}: " + (", ".join(f"{r} {n}" for r, n in v.items())
+                                                                    or "none") for k, v in nt.items()) + ".", ""]
     if card["gold_set"]:
         g = card["gold_set"]
         out += ["## Gold set", "", f"`{g['path']}`: {g['rows']} rows with a rewrite a person checked "

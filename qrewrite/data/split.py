@@ -1,4 +1,5 @@
-"""validated.jsonl → results/T/sft/{train,val,test}.jsonl: filter, deduplicate, grouped seeded split."""
+"""queries.jsonl (+ teacher, validated) → results/T/sft/{train,val,test}.jsonl: a grouped seeded split of every
+ingested row, then the training rows filtered (validation and test stay the tenant's traffic)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ SPLITS = ("train", "val", "test")
 
 # What to change (or check) for each drop reason: named in the empty-split error and the most-dropped warning.
 DROP_CAUSE = {
+    "teacher_failed": "the teacher: it gave no rewrite for the row (teacher.jsonl status error)",
     "top1_below_threshold": "setting tenants[].thresholds.top1",
     "gold_not_retrieved": "the teacher or the RAG service: the rewrite retrieves none of the query's gold documents",
     "negative_gain": "setting tenants[].thresholds.require_gain",
@@ -69,58 +71,78 @@ def assign_splits(groups: list[str], seed: int, fractions: dict) -> dict[str, st
     return out
 
 
+# Why a row is no training target (a row of a train group with it is left out of train.jsonl; a row of a validation
+# or test group with it stays, marked `meta.trainable: false`: those splits are the tenant's traffic)
+TEACHER_FAILED = "teacher_failed"
+
+
 def build_splits(cfg: dict, tenant: dict, queries: list[dict], teacher_rows: list[dict],
                  validated: list[dict], gold_rows: list[dict] | None = None) -> tuple[dict[str, list[dict]], dict]:
-    """`gold_rows` (qrewrite.data.gold_set): rows held out of every split, with every row asking the same question."""
+    """Split every ingested row, then filter the training rows only.
+
+    The grouped, seeded split (`assign_splits`) is drawn over every row of queries.jsonl but the held-out gold set
+    (`gold_rows`, qrewrite.data.gold_set: rows never trained on or measured in the splits, with every row asking
+    the same question). train.jsonl keeps the rows of train groups that are training targets: the teacher
+    answered, its rewrite passed the filters (`drop_reason`), holds no chat-template tokens and is no duplicate.
+    val.jsonl and test.jsonl keep **every** row of their groups, whatever the teacher did: what the release chooses
+    on and what eval reports are measured on the tenant's traffic, not on the part the teacher solved. Each of their
+    rows says whether it is a training target (`meta.trainable`; `meta.not_trainable` the reason), and carries the
+    teacher's rewrite as its assistant turn where the teacher answered (SFT's loss-validation rows are the trainable
+    ones: qrewrite.training.targets)."""
     from .gold_set import held_out
 
     gold_ids, gold_groups = held_out(gold_rows or [])
-    queries_by_id = {row["id"]: row for row in queries}
     by_t = {t["id"]: t for t in teacher_rows}
-    dropped: Counter = Counter()
-    by_level: dict[str, Counter] = {}  # difficulty label -> counts of rows in and dropped per reason
-    kept, seen = [], set()
-    for v in validated:
-        query_row = queries_by_id[v["id"]]
-        level = by_level.setdefault(difficulty_label(query_row), Counter())
-        if query_row["id"] in gold_ids or normalize(query_row["query"]) in gold_groups:  # first: never trained on, whatever else
+    by_v = {v["id"]: v for v in validated}
+    dropped: Counter = Counter()  # rows of train groups that are no training target, by reason
+    untrained: dict[str, Counter] = {"val": Counter(), "test": Counter()}  # kept, not training targets
+    by_level: dict[str, Counter] = {}  # difficulty label -> rows in and why they are no training target
+    rows, seen = [], set()
+    for q in queries:
+        level = by_level.setdefault(difficulty_label(q), Counter())
+        if q["id"] in gold_ids or normalize(q["query"]) in gold_groups:  # first: never trained on, whatever else
             dropped["held_out_gold_set"] += 1
             level["held_out_gold_set"] += 1  # apart from the filter drops: a person chose these, not a threshold
             continue
         level["in"] += 1
-
-        def drop(why: str) -> None:
-            dropped[why] += 1
-            level[why] += 1
-
-        reason = drop_reason(v, tenant["thresholds"])
+        t, v = by_t.get(q["id"]), by_v.get(q["id"])
+        ok = t is not None and t.get("status") == "ok" and v is not None
+        reason = TEACHER_FAILED if not ok else drop_reason(v, tenant["thresholds"])
+        if reason is None and has_control_tokens(t["rewrite"]):  # trained on, they would open chat turns
+            reason = "control_tokens_in_rewrite"
+        messages = rewrite_messages(tenant, q) + ([{"role": "assistant", "content": t["rewrite"]}] if ok else [])
+        if reason is None:
+            key = (messages[1]["content"], t["rewrite"])
+            reason = "duplicate_sample" if key in seen else None
+            seen.add(key)
         if reason:
-            drop(reason)
-            continue
-        t = by_t[v["id"]]
-        if has_control_tokens(t["rewrite"]):  # trained on, they would teach the student to open chat turns
-            drop("control_tokens_in_rewrite")
-            continue
-        messages = rewrite_messages(tenant, query_row) + [{"role": "assistant", "content": t["rewrite"]}]
-        dedupe_key = (messages[1]["content"], t["rewrite"])
-        if dedupe_key in seen:
-            drop("duplicate_sample")
-            continue
-        seen.add(dedupe_key)
-        kept.append({"messages": messages, "meta": {
-            "tenant": tenant["name"], "query_id": query_row["id"], "raw_row": query_row["row"], "gold_doc_ids": query_row["gold_doc_ids"],
-            "teacher_call_key": t["call_key"], "teacher_provider": t["provider"], "teacher_model": t["model"],
-            "prompt_hash": t["prompt_hash"], "teacher_top1": v["rewrite_rag"]["top1"],
-            "teacher_mean_top3": v["rewrite_rag"]["mean_top3"], "teacher_hits": v["rewrite_rag"]["hits"],
-            "original_top1": v["original_rag"]["top1"], "gain": v["gain"], "group": normalize(query_row["query"])}})
-    assignment = assign_splits([s["meta"]["group"] for s in kept], cfg["split"]["seed"], cfg["split"])
+            level[reason] += 1
+        meta = {"tenant": tenant["name"], "query_id": q["id"], "raw_row": q["row"], "gold_doc_ids": q["gold_doc_ids"],
+                "group": normalize(q["query"]), "trainable": reason is None, "not_trainable": reason}
+        if ok:
+            meta |= {"teacher_call_key": t["call_key"], "teacher_provider": t["provider"], "teacher_model": t["model"],
+                     "prompt_hash": t["prompt_hash"], "teacher_top1": v["rewrite_rag"]["top1"],
+                     "teacher_mean_top3": v["rewrite_rag"]["mean_top3"], "teacher_hits": v["rewrite_rag"]["hits"],
+                     "original_top1": v["original_rag"]["top1"], "gain": v["gain"]}
+        rows.append({"messages": messages, "meta": meta})
+    assignment = assign_splits([r["meta"]["group"] for r in rows], cfg["split"]["seed"], cfg["split"])
     splits: dict[str, list[dict]] = {s: [] for s in SPLITS}
-    for s in kept:
-        s["meta"]["split"] = assignment[s["meta"]["group"]]
-        splits[s["meta"]["split"]].append(s)
-    stats = {"stage": "split", "in": len(validated), "out": len(kept), "dropped": dict(sorted(dropped.items())),
-             "splits": {s: len(v) for s, v in splits.items()}, "groups": len(assignment),
-             "by_difficulty": {k: _level_stats(c) for k, c in sorted(by_level.items())}}
+    for r in rows:
+        name = r["meta"]["split"] = assignment[r["meta"]["group"]]
+        why = r["meta"]["not_trainable"]
+        if name == "train" and why:
+            dropped[why] += 1
+            continue
+        if why:
+            untrained[name][why] += 1
+        splits[name].append(r)
+    stats = {"stage": "split", "in": len(queries), "out": sum(len(v) for v in splits.values()),
+             "dropped": dict(sorted(dropped.items())), "splits": {s: len(v) for s, v in splits.items()},
+             "with_gold": {s: sum(1 for r in v if r["meta"]["gold_doc_ids"]) for s, v in splits.items()},
+             "not_trainable": {s: dict(sorted(c.items())) for s, c in untrained.items()},
+             "groups": len(assignment), "by_difficulty": {k: _level_stats(c) for k, c in sorted(by_level.items())},
+             "basis": "groups drawn over every ingested row (the gold set held out); train keeps the training "
+                      "targets, validation and test every row of their groups"}
     return splits, stats
 
 
@@ -139,15 +161,16 @@ def check_splits(stats: dict, tenant: dict, validated: list[dict]) -> list[dict]
         hint = ("; ".join(_fix(why, th) for why in sorted(dropped, key=lambda w: -dropped[w]) if _fix(why, th))
                 or "add rows to the tenant's Excel")
         raise QrewriteError(
-            f"tenant {name}: the split left {what} ({sizes}): {stats['in']} validated rows, {stats['out']} kept "
-            f"in {stats['groups']} question group(s). Dropped: {reasons}. No split file was written.",
+            f"tenant {name}: the split left {what} ({sizes}): {stats['in']} ingested rows, {stats['out']} kept "
+            f"in {stats['groups']} question group(s). Not training targets (train groups): {reasons}. No split "
+            "file was written.",
             hint=f"{hint}; then rerun (the split reruns when tenants[].thresholds change)"
             + ("" if "train" in empty else "; each split needs at least one question group (split: train / val / "
                "test fractions)"))
-    reached = stats["in"] - dropped.get("held_out_gold_set", 0)
     filtered = sum(n for why, n in dropped.items() if why != "held_out_gold_set")
+    reached = stats["splits"]["train"] + filtered  # the rows of train groups
     if reached and filtered / reached >= MOST_DROPPED:
-        text = (f"tenant {name}: the split dropped {filtered} of the {reached} rows that reached its filters "
+        text = (f"tenant {name}: the split dropped {filtered} of the {reached} rows of its training groups "
                 f"({filtered / reached:.0%}), leaving {stats['splits']['train']} training rows. Dropped: {reasons}. "
                 f"If those rewrites are good, " + ("; ".join(filter(None, (_fix(w, th) for w in dropped))) or
                                                   "check the teacher") + ".")
@@ -159,7 +182,7 @@ def check_splits(stats: dict, tenant: dict, validated: list[dict]) -> list[dict]
 def _cause(why: str, thresholds: dict, top1s: list[float]) -> str:
     """The setting behind a drop reason, with its value (and, for the threshold, where the scores lie)."""
     cause = DROP_CAUSE.get(why, "see the split stage")
-    if why == "top1_below_threshold":
+    if why == "top1_below_threshold" and top1s:
         ranked = sorted(top1s)
         at = lambda q: ranked[min(len(ranked) - 1, int(q * len(ranked)))]  # noqa: E731
         cause += (f" = {thresholds['top1']}; the rewrites' top-1 scores: median {at(0.5):.3g}, 90th percentile "

@@ -32,6 +32,20 @@ MODEL_KINDS = ("model", "release")
 STUDENTS = {"sft": "sft_merged", "rl": "rl_model"}
 
 
+def rules_only(cfg: dict, tenant: str) -> bool:
+    """Whether tenant `tenant` (a name; a placeholder is none) trains no student (tenants[].student: never)."""
+    from ..config import has_student
+
+    t = next((t for t in cfg["tenants"] if t["name"] == tenant), None)
+    return t is not None and not has_student(t)
+
+
+def tenant_candidates(cfg: dict, tenant: str) -> list[dict]:
+    """The eval candidates of tenant `tenant`: all, less the local models for a rules-only tenant."""
+    rules = rules_only(cfg, tenant)
+    return [c for c in cfg["eval"]["candidates"] if not (rules and c["kind"] == "model")]
+
+
 def eval_rows(test_path: str, queries_path: str, max_rows: int | None) -> list[dict]:
     """The test split's queries in file order (first `max_rows`), joined with their queries.jsonl row."""
     queries = {row["id"]: row for row in read_jsonl(queries_path)}

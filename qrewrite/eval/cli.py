@@ -77,7 +77,9 @@ def cmd_eval(args) -> None:
         rewrites[name] = rws
         if rws and rws[0].get("generation"):
             info[name] = rws[0]["generation"]
-    missing = [c["name"] for c in cfg["eval"]["candidates"] if c["name"] not in rewrites]
+    from .candidates import tenant_candidates
+
+    missing = [c["name"] for c in tenant_candidates(cfg, tenant["name"]) if c["name"] not in rewrites]
     if missing:
         raise QrewriteError(f"no rewrites given for candidates {missing}",
                             hint="pass every candidate's results/T/eval/<candidate>.jsonl with --rewrites")

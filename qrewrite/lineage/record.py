@@ -46,7 +46,8 @@ def sample_provenance(closure: list[dict]) -> dict:
     for split in ("train", "val"):
         if split not in by_key or "queries" not in by_key or "teacher" not in by_key:
             continue
-        rows = read_jsonl(by_key[split]["path"])
+        # the training targets: validation also holds the rows the teacher failed on (measured, never learnt)
+        rows = [r for r in read_jsonl(by_key[split]["path"]) if (r.get("meta") or {}).get("trainable", True)]
         out[split] = {"path": by_key[split]["path"], "rows": len(rows), "links": list(SAMPLE_LINKS),
                       "queries": by_key["queries"]["path"], "teacher": by_key["teacher"]["path"],
                       "raw_excel": by_key["raw_excel"]["path"] if "raw_excel" in by_key else None}

@@ -60,6 +60,8 @@ def _check_samples(doc: dict, root: Path) -> list[tuple[str, str]]:
             continue
         for i, s in enumerate(rows, 1):
             meta = s.get("meta") or {}
+            if not meta.get("trainable", True):  # a validation row the teacher failed on: measured, never learnt
+                continue
             qid = meta.get("query_id")
             query_row, t = queries.get(qid), teacher.get(qid)
             where = f"{spec['path']} line {i} (query {qid})"

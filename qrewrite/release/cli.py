@@ -7,6 +7,7 @@ import sys
 import time
 
 from ..cli_args import common, load
+from ..errors import QrewriteError
 
 log = logging.getLogger("qrewrite.release")
 
@@ -28,8 +29,16 @@ def cmd_release(args) -> None:
     started = time.time()
     rows = eval_rows(args.val, args.queries, None)
     gold_rows = [r for r in rows if r["gold_doc_ids"]]  # only these can be scored: the others need no rewrite
-    cands = release_candidates(cfg)
+    from ..config import has_student
+
+    # a rules-only tenant (tenants[].student: never) chooses among the rules: it has no student
+    cands = release_candidates(cfg, rules_only=not has_student(tenant))
     models = {"sft_merged": args.sft, "rl_model": args.rl}
+    wanted = {c["artifact"] for c in cands if c["artifact"]}
+    missing = sorted(k for k in wanted if not models.get(k))
+    if missing:
+        raise QrewriteError(f"the release candidates need {', '.join(missing)}: pass --sft / --rl",
+                            hint="snakemake passes them for a tenant with a student (tenants[].student auto/always)")
     margin = cfg["release"]["margin"]
     if gold_rows:
         figures, per_row = score(cfg, tenant, gold_rows, cands, models, args.threads, reuse_from=args.rl_rewrites)
@@ -68,7 +77,8 @@ def cmd_release(args) -> None:
     # for this event to check that nothing before it opened the test split.
     sys.audit("qrewrite.release.decided", args.out)
     write_lineage(args.out, rule="release", tenant=tenant["name"],
-                  inputs={"val": args.val, "queries": args.queries, "sft": args.sft, "rl": args.rl},
+                  inputs={"val": args.val, "queries": args.queries,
+                          **{k: v for k, v in (("sft", args.sft), ("rl", args.rl)) if v}},
                   params={"release": cfg["release"], "released": released, "decision": doc["decision"],
                           "validation": [{k: f[k] for k in ("name", "mean", "ci_low", "ci_high", "n")}
                                          for f in figures]},
@@ -84,8 +94,9 @@ def register(sub) -> None:
                        "models/T/release (release.json, the model's files or none for a rule, lineage.json)")
     common(p, ("--val", "the validation split (results/T/sft/val.jsonl): the only rows the choice sees"),
            ("--queries", "results/T/queries.jsonl (query, profile, history, gold)"),
-           ("--sft", "the merged SFT model (models/T/sft-merged)"), ("--rl", "the merged RL model (models/T/rl)"),
            ("--out", "models/T/release"))
+    p.add_argument("--sft", help="the merged SFT model (models/T/sft-merged); none for a rules-only tenant")
+    p.add_argument("--rl", help="the merged RL model (models/T/rl); none for a rules-only tenant")
     p.add_argument("--rl-rewrites", help="results/T/train/rl-val-rewrites.json: the rl stage's rewrites of these "
                    "rows by both models, taken where the generation is exactly the one the release would run")
     p.add_argument("--threads", type=int, help="CPU threads for generation")

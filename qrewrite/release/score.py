@@ -29,12 +29,15 @@ def is_plain(cand: dict) -> bool:
     return cand["kind"] == "model" and cand["name"] == cand["source"]
 
 
-def release_candidates(cfg: dict) -> list[dict]:
-    """release.candidates × release.decoding, cheapest first: {name, source, kind, artifact, decoding}."""
+def release_candidates(cfg: dict, rules_only: bool = False) -> list[dict]:
+    """release.candidates × release.decoding, cheapest first: {name, source, kind, artifact, decoding}. `rules_only`:
+    the rules alone (a tenant without a student)."""
     out = []
     for name in cfg["release"]["candidates"]:
         if name in RULES:
             out.append({"name": name, "source": name, "kind": name, "artifact": None, "decoding": None})
+            continue
+        if rules_only:
             continue
         for lever in cfg["release"]["decoding"]:
             out.append({"name": name + lever_name(lever), "source": name, "kind": "model",

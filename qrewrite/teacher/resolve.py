@@ -69,9 +69,11 @@ class ResolveTeacher:
                 f"product or course ({titled} of {len(docs)} documents have a title; {why}), so every rewrite "
                 f"would be the question itself",
                 file=str(tenant["kb"]["path"]),
-                hint="use an LLM teacher: `teacher.provider: openai` with teacher.openai.base_url / model / "
-                     "api_key_env (README \"Pointing at real services\"); if the KB holds titles under another "
-                     "field name, map it with tenants[].kb.fields.title")
+                hint="set a teacher that fits this tenant (tenants[].teacher): `teacher: {provider: openai}`, an "
+                     "LLM through an API (teacher.openai: base_url / model / api_key_env; README \"Pointing at real "
+                     "services\"), or `teacher: {provider: column}` with the sheet's people's rewrites "
+                     "(tenants[].columns.rewrite); `qrewrite tenant init` measures which fit. If the KB holds "
+                     "titles under another field name, map it with tenants[].kb.fields.title")
         return cls(lexicon)
 
     def __init__(self, lexicon: EntityLexicon, cfg: dict | None = None):

@@ -1,5 +1,5 @@
-"""Training subcommands: base-model, sft-targets, sft, merge-sft, rl-data, rl (rules base_model, sft_targets, sft,
-merge_sft, rl_data, rl).
+"""Training subcommands: base-model, training-gate, sft-targets, sft, merge-sft, rl-data, rl (rules base_model,
+training_gate, sft_targets, sft, merge_sft, rl_data, rl).
 
 Commands that need ms-swift or verl re-run themselves in that env when this Python lacks it
 (`qrewrite.envs.ensure_env`), so a rule always calls plain `qrewrite <command>`.
@@ -135,6 +135,17 @@ def cmd_merge_sft(args) -> None:
     log.info("merged %s into %s -> %s (%ss)", args.adapter, args.base, args.out, stats["wall_s"])
 
 
+def cmd_training_gate(args) -> None:
+    from ..io_utils import read_json, write_json
+    from .gate import run_gate
+
+    cfg, tenant = load(args)
+    doc = run_gate(cfg, tenant, read_json(args.summary))  # raises (no gate.json) where the run must stop
+    write_json(args.out, doc)
+    log.info("training gate %s: %s", tenant["name"], "passed" if doc["passed"] else
+             f"{len(doc['findings'])} finding(s), training anyway (tenants[].student: always)")
+
+
 def cmd_sft_targets(args) -> None:
     from ..config import tenant_sft_targets
     from .targets import write_targets
@@ -219,6 +230,11 @@ def register(sub) -> None:
                        "GGUF, or link a local HF folder (base_model.source)")
     common(p, ("--out", "model folder to create (models/base)"), tenant=False)
     p.set_defaults(func=cmd_base_model)
+
+    p = sub.add_parser("training-gate", help="before SFT: stop (naming the figures and what to set) where the "
+                       "teacher retrieves worse than query + history or too few training rows passed → gate.json")
+    common(p, ("--summary", "results/T/summary.json"), ("--out", "results/T/gate.json"))
+    p.set_defaults(func=cmd_training_gate)
 
     p = sub.add_parser("sft", help="LoRA SFT with ms-swift; keeps the best checkpoint by validation loss")
     common(p, ("--base", "base model folder"),

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import math
-import os
 import shutil
 from pathlib import Path
 
 from ..config import base_model_swift
 from ..errors import QrewriteError
-from ..hardware import resolve_dtype
+from ..hardware import processes_per_node, resolve_dtype
 from ..io_utils import atomic_dir, read_jsonl
 from . import resume
 from . import swift_cmds as sc
@@ -77,8 +76,10 @@ def run_sft(cfg: dict, *, base: str, train: str, val: str, out: str, run_dir: st
     to `out` (atomically). Returns stats."""
     hp = sft_hparams(cfg)
     shutil.rmtree(tb_dir, ignore_errors=True)  # a Snakemake output: it deletes it before a rerun anyway
-    # torchrun's process count on a multi-GPU node (swift reads NPROC_PER_NODE): the global batch grows with it
-    plan = schedule(hp, len(read_jsonl(train)), int(os.environ.get("NPROC_PER_NODE", "1")))
+    # torchrun's process count on a multi-GPU node (swift reads NPROC_PER_NODE): the GPUs the job was given; the
+    # global batch grows with it
+    nproc = processes_per_node(cfg["train"]["device"])
+    plan = schedule(hp, len(read_jsonl(train)), nproc)
     cmd = swift_sft_args(hp, base=base, train=train, val=val, run_dir=run_dir, tb_dir=tb_dir,
                          steps=plan["planned_steps"], eval_steps=plan["eval_steps"], early_stop=hp.get("early_stop_evals"))
     argv = sc.sft_cmd(cmd)
@@ -87,7 +88,8 @@ def run_sft(cfg: dict, *, base: str, train: str, val: str, out: str, run_dir: st
           if resume.prepare_run_dir(run_dir, resume.fingerprint(argv, [base, train, val])) else None)
     if ck:
         argv = sc.sft_cmd({**cmd, "resume_from_checkpoint": str(ck)})
-    env = {"OMP_NUM_THREADS": str(threads)} if threads else None
+    env = {**({"OMP_NUM_THREADS": str(threads)} if threads else {}),
+           **({"NPROC_PER_NODE": str(nproc)} if nproc > 1 else {})} or None
     cap = hp.get("max_wall_minutes")
     if cap:
         wall, capped = sc.run_swift(argv, log_file=log_file, env=env, max_wall_s=cap * 60)

@@ -108,7 +108,9 @@ def write_targets(cfg: dict, tenant: dict, mode: str, splits: dict[str, tuple[st
 
     out, counts = {}, {}
     for name, (src, _) in splits.items():
-        samples = list(read_jsonl(src))
+        # training targets only: the validation split also holds the rows the teacher failed on, which the release
+        # and eval measure but SFT must neither learn nor validate its loss on
+        samples = [r for r in read_jsonl(src) if (r.get("meta") or {}).get("trainable", True)]
         if mode == "teacher":
             out[name], picked = samples, ["teacher"] * len(samples)
         else:

@@ -14,9 +14,14 @@ log = logging.getLogger("qrewrite.workflow")
 def cmd_config(args) -> None:
     import yaml
 
+    from ..secret import redact_env_values, redact_values, strip_secrets
+
     cfg, _ = load(args)
-    # Config holds only env var *names* for secrets, so the full dump is safe to print.
-    sys.stdout.write(yaml.safe_dump(cfg, allow_unicode=True, sort_keys=False))
+    # Config holds only env var *names* for secrets (load refuses a key where a name belongs, or a value shaped
+    # like a credential); what is printed is redacted all the same: values under secret-looking keys, credential-
+    # shaped values and the value of any secret-looking environment variable.
+    dump = yaml.safe_dump(redact_values(strip_secrets(cfg)), allow_unicode=True, sort_keys=False)
+    sys.stdout.write(redact_env_values(dump))
 
 
 def cmd_dvc_yaml(args) -> None:

@@ -251,6 +251,19 @@ def build_stages(cfg: dict, raw: dict, config_path: str = "config.yaml", schema_
     """The dvc.yaml document for validated config `cfg` (`raw`: the config file as written): one DVC stage per
     stage of the table that DVC runs (the deploy check measures a machine: Snakemake only). `schema_file`: the
     schema's path relative to dvc.yaml's folder."""
+    from ..config import has_student
+
+    # A rules-only tenant (tenants[].student: never) has no models: its release and eval take other inputs than
+    # every other tenant's, which one foreach template cannot say. Snakemake runs it; dvc.yaml leaves it out, and
+    # `qrewrite dvc-yaml` says so.
+    left_out = [t["name"] for t in cfg["tenants"] if not has_student(t)]
+    if left_out:
+        import logging
+
+        logging.getLogger("qrewrite.workflow").warning(
+            "dvc.yaml leaves out the rules-only tenant(s) %s (tenants[].student: never): run them with snakemake",
+            ", ".join(left_out))
+        cfg = {**cfg, "tenants": [t for t in cfg["tenants"] if has_student(t)]}
     params = _Params(raw, config_path, schema_file)
     stages = {}
     for s in stages_mod.STAGES.values():

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from functools import cache
 
-from ..eval.candidates import MODEL_KINDS
+from ..config import has_student
+from ..eval.candidates import MODEL_KINDS, rules_only, tenant_candidates
 from ..paths import BASE_MODEL, CONFIG_FILES, REPORT_HTML, deploy_json, eval_paths, tenant_paths
 # Keys that depend on an eval candidate (the job's, or deploy.candidate's): per-item values in dvc.yaml.
 CANDIDATE_FILES = ("candidate_model", "deploy_model")
@@ -77,6 +78,7 @@ class Stage:
     dvc: bool = True                # a DVC stage too (the deploy check measures a machine: Snakemake only)
     server_log: bool = False        # also writes the model server's own log next to its log
     priority: int = 0               # Snakemake's job priority: when cores are short, higher runs first
+    student: bool = False           # only for tenants that train a student (tenants[].student not `never`)
 
     @property
     def command(self) -> str:
@@ -104,7 +106,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           params=("tenant.columns",), mem_mb=1000, runtime=5),
     Stage("ingest", "Raw Excel → queries.jsonl: stable ids, counted drops.", "data",
           args=(o("out", "queries"), o("stats", "stats_ingest")), reads=("raw_excel", "kb"),
-          params=("tenant.columns", "tenant.sheet", "tenant.thresholds.max_query_chars", "tenant.kb")),
+          params=("tenant.columns", "tenant.sheet", "tenant.thresholds.max_query_chars",
+                  "tenant.thresholds.max_missing_gold_share", "tenant.language", "tenant.kb")),
     Stage("teacher", "Every query's teacher rewrite (cached calls: a rerun repeats none).", "teacher",
           args=(i("queries"), o("out", "teacher"), o("stats", "stats_teacher")), reads=("kb",),
           params=("teacher", "rag.local", "tenant.system_prompt", "tenant.language", "tenant.kb"), runtime=120),
@@ -132,26 +135,31 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     # --- training half: base model → LoRA SFT → merged SFT model → RL prompts → RL → merged RL model ---------
     Stage("base_model", "The base model folder: converted from the packaged GGUF, or linked from a local "
           "folder (base_model.source).", "training", per="once", args=(o("out", "base_model"),),
-          params=("base_model",), env="swift", mem_mb=8000, runtime=30, half="models"),
+          params=("base_model",), env="swift", mem_mb=8000, runtime=30, half="models", student=True),
+    # the gate reads the summary, so the data card and summary are on disk whatever it decides
+    Stage("training_gate", "Before SFT: the teacher retrieves at least as well as query + history on the tenant's "
+          "rows with gold and enough training rows passed, else stop with the figures and what to set → gate.json.",
+          "training", args=(i("summary"), o("out", "gate")),
+          params=("gate", "tenant.student", "teacher"), runtime=5, mem_mb=500, half="models", student=True),
     Stage("sft_targets", "What SFT learns: the teacher's rewrites, or per row whichever of it, it + the history "
           "terms it dropped and it + the history retrieves gold most surely, or it + the history on every row "
           "(train.sft.targets).", "training",
           args=(i("train"), i("val"), i("queries"), o("out-train", "sft_train"), o("out-val", "sft_val"),
-                o("stats", "stats_sft_targets")), reads=("kb",),
+                o("stats", "stats_sft_targets")), reads=("kb", "gate"),
           params=("train.sft.targets", "tenant.sft_targets", "rag", "tenant.kb", "tenant.language",
-                  "tenant.tenant_id"), mem_mb=1000, runtime=60, half="models"),
+                  "tenant.tenant_id"), mem_mb=1000, runtime=60, half="models", student=True),
     # the data card is an input of SFT so that every model's lineage lists the card of the data it learnt from
     Stage("sft", "LoRA SFT with ms-swift; keeps the best checkpoint by validation loss.", "training",
           args=(i("base", "base_model"), i("train", "sft_train"), i("val", "sft_val"), i("data-card", "data_card_json"),
                 o("out", "sft_model"), d("run-dir", "sft_run"), o("tb", "tb_sft"), o("stats", "stats_sft")),
-          params=("train", "base_model"), env="swift", threads=True, mem_mb=16000, runtime=240, half="models"),
+          params=("train", "base_model"), env="swift", threads=True, mem_mb=16000, runtime=240, half="models", student=True),
     Stage("merge_sft", "The LoRA adapter merged into its base model (swift export --merge_lora).", "training",
           args=(i("base", "base_model"), i("adapter", "sft_model"), o("out", "sft_merged")),
-          params=("train.device",), env="swift", threads=True, mem_mb=16000, runtime=60, half="models"),
+          params=("train.device",), env="swift", threads=True, mem_mb=16000, runtime=60, half="models", student=True),
     Stage("rl_data", "SFT splits → RL prompts with the teacher's side (verl parquet + ms-swift jsonl).",
           "training", args=(i("train"), i("val"), i("queries"), d("out-dir", "rl_dir")), reads=("red_team",),
           writes=("rl_train", "rl_val", "rl_train_swift", "rl_val_swift"),
-          params=("rl.val_share", "rl.red_team_share", "tenant.system_prompt", "tenant.language"), half="models"),
+          params=("rl.val_share", "rl.red_team_share", "tenant.system_prompt", "tenant.language"), half="models", student=True),
     Stage("rl", "RL on the merged SFT model with the qrewrite reward (verl on the cluster, ms-swift GRPO on "
           "CPU) → the merged RL model.", "training",
           args=(i("model", "sft_merged"), d("data-dir", "rl_dir"), i("reward-check", "reward_check"),
@@ -163,7 +171,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           # RL heads the longest path left after SFT (RL, then its eval generation): ahead of the SFT model's
           # eval generation, which can wait. Left to the scheduler, both tenants' RL ran last: make run took
           # 30.6 min instead of 27.8 (fresh clone, 2 idle cores, 2026-11-27).
-          env="rl", threads=True, mem_mb=32000, runtime=720, launcher="ray", half="models", priority=10),
+          env="rl", threads=True, mem_mb=32000, runtime=720, launcher="ray", half="models", priority=10, student=True),
     # the release sees the validation split only (no test, no eval output): tests/test_release.py holds it to that
     Stage("release", "What the tenant gets, chosen on the validation split: query + history (a rule), SFT or RL, "
           "each with the decoding levers under consideration; ties go to the cheaper → models/T/release.",
@@ -207,18 +215,18 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           # reward, which only judge-eval and RL read (reward.judge.model.rule_weight must not retrain the judge)
           reads=("kb", "red_team"), params=("judge", "reward.judge.provider", "reward.judge.openai",
                                             "reward.judge.model.key_terms", "rag", "tenant"), env="swift", threads=True,
-          mem_mb=8000, runtime=60, half="judge", dvc=False),
+          mem_mb=8000, runtime=60, half="judge", dvc=False, student=True),
     Stage("judge_sft", "LoRA SFT of the judge on reason + score from the base model, merged.", "judge",
           args=(i("base", "base_model"), i("train", "judge_sft_train"), i("val", "judge_sft_val"),
                 o("adapter", "judge_sft_model"), o("out", "judge_sft_merged"), d("run-dir", "judge_sft_run"),
                 o("tb", "tb_judge_sft"), o("stats", "stats_judge_sft")),
           params=("judge.sft", "train", "base_model"), env="swift", threads=True, mem_mb=16000, runtime=240,
-          half="judge", dvc=False),
+          half="judge", dvc=False, student=True),
     Stage("judge_grpo", "GRPO of the SFT judge with the format and verdict rewards, merged: the distilled judge.",
           "judge", args=(i("model", "judge_sft_merged"), i("train", "judge_grpo_train"), o("out", "judge_model"),
                          d("run-dir", "judge_grpo_run"), o("tb", "tb_judge_grpo"), o("stats", "stats_judge_grpo")),
           params=("judge.grpo", "rl.swift_grpo", "train.device", "base_model"), env="swift", threads=True,
-          mem_mb=16000, runtime=240, half="judge", dvc=False),
+          mem_mb=16000, runtime=240, half="judge", dvc=False, student=True),
     Stage("judge_eval", "Base vs SFT vs GRPO judge, beside the rule (and API) judge: verdict accuracy, format, AUC "
           "on held-out items, hand labels and the student's own rewrites, cost → judge.json.", "judge",
           args=(i("judgements", "judge_items"), i("student-test", "judge_student_test"), i("base", "base_model"),
@@ -226,7 +234,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           reads=("kb", "judge_labels"), params=("judge", "reward", "reward.judge.model", "reward.judge.openai", "rag",
                                                 "eval.bootstrap", "eval.gpu_hour_usd",
                                                 "tenant"), env="swift", threads=True, mem_mb=16000, runtime=120,
-          metrics=("judge_json",), half="judge", dvc=False),
+          metrics=("judge_json",), half="judge", dvc=False, student=True),
     # --- serving check (`snakemake deploy`, not in `all`) ------------------------------------------------
     Stage("deploy_check", "Serve the release through the gateway (qrewrite serve) on loopback, send every test row "
           "as the tenant's RAG would at each concurrency level, compare with the eval's release rows → deploy.json.",
@@ -278,14 +286,18 @@ def jobs(s: Stage, cfg: dict, tenants: list[str] | None = None) -> list[tuple[di
     all tenants runs only when every tenant is selected (the report covers them all)."""
     names = [t["name"] for t in cfg["tenants"]] if tenants is None else tenants
     picked = [t for t in cfg["tenants"] if t["name"] in names]
+    if s.student:  # a rules-only tenant trains nothing (and the base model is needed only where one trains)
+        picked = [t for t in picked if has_student(t)]
+        if s.per == "once":
+            return [(None, None)] if any(has_student(t) for t in cfg["tenants"]) else []
     if s.per == "once":
         return [(None, None)]
     if s.per == "all_tenants":
         return [(None, None)] if len(picked) == len(cfg["tenants"]) else []
     if s.per == "demo_tenant":
         picked = [t for t in picked if t.get("demo_source")]
-    if s.per == "candidate":
-        return [(t, c) for t in picked for c in candidates(s, cfg)]
+    if s.per == "candidate":  # a rules-only tenant has no model candidate (its release is a rule)
+        return [(t, c) for t in picked for c in candidates(s, cfg) if has_student(t) or c["kind"] != "model"]
     return [(t, None) for t in picked]
 
 
@@ -313,13 +325,17 @@ def resolve(key: str, tenant: str, given: dict, cfg: dict, candidate: str | None
     if key == "rewrites":
         return rewrites(candidate)
     if key == "all_rewrites":
-        return [rewrites(c["name"]) for c in cfg["eval"]["candidates"]]
+        return [rewrites(c["name"]) for c in tenant_candidates(cfg, tenant)]
     if key == "deploy_rewrites":
         return rewrites(cfg["deploy"]["candidate"])
     if key == "eval_split":
         key = cfg["eval"]["split"]
     paths = tenant_paths(tenant)
     return paths[key] if key in paths else ev[key]
+
+
+# What a rules-only tenant (tenants[].student: never) has none of: a job's inputs of these keys are left out
+STUDENT_KEYS = frozenset({"sft_merged", "rl_model", "rl_val_rewrites", "tb_sft", "tb_rl"})
 
 
 def given_files(tenant: dict, cfg: dict, candidate: dict | None = None) -> dict:
@@ -341,6 +357,8 @@ def named_files(s: Stage, role: str, tenant: str, given: dict, cfg: dict,
     the key. An optional file the tenant leaves out is absent."""
     named = [(a.name, a.keys) for a in s.args if a.role == role]
     named += [(k, (k,)) for k in (s.reads if role == "in" else s.writes)]
+    if role == "in" and rules_only(cfg, tenant):
+        named = [(n, keys) for n, keys in named if not STUDENT_KEYS & set(keys)]
     out: dict[str, str | list[str]] = {}
     for name, keys in named:
         paths = [resolve(k, tenant, given, cfg, candidate) for k in keys]
@@ -386,10 +404,12 @@ def command(s: Stage, ins, outs, folder, *, config: str, tenant: str = "", candi
     """The stage's command line. `ins` / `outs`: the job's files by name (`named_files`, or Snakemake's
     input / output); `folder(key)`: the path of a working folder (a `dir` argument)."""
 
-    def text(a: Arg) -> str:
+    def text(a: Arg) -> str | None:
         if a.role == "dir":
             return folder(a.keys[0])
         v = (ins if a.role == "in" else outs).get(a.name)
+        if v is None:  # an input the job goes without (a rules-only tenant's models)
+            return None
         return v if isinstance(v, str) else " ".join(v)
 
     parts = ["qrewrite", s.command]
@@ -400,7 +420,9 @@ def command(s: Stage, ins, outs, folder, *, config: str, tenant: str = "", candi
     if s.per == "candidate":
         parts += ["--candidate", candidate]
     for a in s.args:
-        parts += [a.flag, text(a)]
+        value = text(a)
+        if value is not None:
+            parts += [a.flag, value]
     if s.threads and threads:  # none: the command's own default (all cores), as under `dvc repro`
         parts += ["--threads", str(threads)]
     if s.server_log:
