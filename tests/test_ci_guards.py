@@ -15,9 +15,12 @@ import sys
 from conftest import PROFILE_ENV, REPO, STRICT_SKIPS_ENV, TESTS
 
 SCRATCH_TESTS = '''
+import time
+
 import pytest
 
 def test_passes():
+    time.sleep(0.3)  # a known duration: the profile must record at least it
     assert True
 
 def test_skips():
@@ -55,7 +58,8 @@ def test_the_profile_lists_each_file_with_its_tests_and_times(tmp_path):
     doc = json.loads(out.read_text())
     [row] = doc["files"]
     assert row["file"].endswith("test_scratch.py") and row["tests"] == 2 and row["skipped"] == 1
-    assert row["total"] >= row["call"] >= 0 and doc["wall_s"] >= 0
+    # the sleeping test's 0.3 s is in its call time, the file's total and the session's wall clock
+    assert row["total"] >= row["call"] >= 0.3 and doc["wall_s"] >= 0.3, row
 
 
 # a module fixture's folder (a trained model, a project), a function's tmp_path, and a folder the next file reads

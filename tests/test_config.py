@@ -391,3 +391,29 @@ def test_a_valid_config_is_dumped_as_it_is():
     for raw in (MINIMAL, yaml.safe_load((REPO / "config.yaml").read_text(encoding="utf-8"))):
         cfg = validate_config(raw)
         assert redact_values(cfg) == cfg and strip_secrets(cfg) == cfg
+
+
+def test_the_cluster_example_in_config_yaml_works_as_written():
+    """config.yaml says: on the cluster delete the training block (`train:`, `rl:`) and keep a base_model line naming
+    the cluster's model, as its comment writes it. Done so, the config validates to the cluster's values: cuda,
+    verl, that model."""
+    import re
+
+    text = (REPO / "config.yaml").read_text(encoding="utf-8")
+    example = re.search(r"# cluster: (\{source: path[^}]*\})", text).group(1)
+    kept, skipping = [], False
+    for line in text.splitlines():
+        if re.match(r"^(train|rl):", line):
+            skipping = True
+            continue
+        if skipping and (line.startswith((" ", "\t")) or not line.strip()):
+            continue
+        skipping = False
+        kept.append(line)
+    cluster = "\n".join(kept).replace("base_model: {source: qwen2.5-0.5b}", f"base_model: {example}")
+    cfg = validate_config(yaml.safe_load(cluster))
+    assert cfg["train"]["device"] == "cuda" and cfg["rl"]["backend"] == "verl"
+    assert cfg["base_model"]["source"] == "path" and cfg["base_model"]["path"] == "/models/Qwen3-32B"
+    # deleting the base_model line too is refused, saying what to set
+    with pytest.raises(QrewriteError, match="base_model is not set"):
+        validate_config(yaml.safe_load(re.sub(r"(?m)^base_model:.*$", "", cluster)))
