@@ -53,10 +53,31 @@ def test_a_changed_figure_fails_the_check(tmp_path):
         shutil.copy(backup, saved)
 
 
-@pytest.mark.parametrize("page", ["README.md"])
-def test_no_measured_figure_outside_a_figures_block(page):
+FIGURE = re.compile(r"\b0\.\d{3}\b|\b\d+(?:\.\d+)? ?min\b|\b\d+\.\d+ ?[x×]")
+BENCH_TABLE = re.compile(r"<!-- bench-table:begin -->.*?<!-- bench-table:end -->", re.S)
+
+
+def test_no_measured_figure_outside_a_figures_block_in_the_readme():
     """A Hit@1 or an interval bound (0.xxx), a time in minutes or a multiple (1.8x) outside the generated blocks is a
     figure nothing checks: the README's prose refers to the tables instead."""
-    text = figures.BLOCK.sub("", (REPO / page).read_text(encoding="utf-8"))
-    found = re.findall(r"\b0\.\d{3}\b|\b\d+(?:\.\d+)? ?min\b|\b\d+\.\d+ ?[x×]", text)
-    assert found == [], found
+    text = figures.BLOCK.sub("", (REPO / "README.md").read_text(encoding="utf-8"))
+    assert FIGURE.findall(text) == []
+
+
+@pytest.mark.parametrize("page", [p.name for p in figures.DOCS if p.parent.name == "docs"])
+def test_a_reference_page_names_the_source_of_each_figure(page):
+    """In a reference page a paragraph (or table) with a measured figure names where it comes from: a result file
+    under bench/results/ (or it is a generated block), or the settings file its values are (a Slurm time limit)."""
+    text = BENCH_TABLE.sub("", figures.BLOCK.sub("", (REPO / "docs" / page).read_text(encoding="utf-8")))
+    unsourced = [p[:120] for p in re.split(r"\n\s*\n", text)
+                 if FIGURE.search(p) and not re.search(r"bench/results/|slurm/config\.yaml|config\.yaml", p)]
+    assert unsourced == []
+
+
+def test_the_bench_tables_are_what_the_results_say():
+    import report
+
+    table = report.render()
+    for page in report.PAGES:
+        block = BENCH_TABLE.search(page.read_text(encoding="utf-8")).group(0)
+        assert table in block, f"{page}: stale bench table: run .venv/bin/python bench/report.py"
