@@ -30,9 +30,6 @@ from qrewrite.eval.hits import hit_at_1  # noqa: E402
 from qrewrite.io_utils import read_jsonl, write_jsonl  # noqa: E402
 from qrewrite.paths import BASE_MODEL, artifact_paths  # noqa: E402
 
-CONFIG = "results/.config.resolved.yaml"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tenant", required=True)
@@ -40,12 +37,13 @@ def main() -> None:
     ap.add_argument("--project", default=str(REPO), help="the finished run (default this checkout)")
     ap.add_argument("--work", default="/tmp/qrw-train-floor", help="scratch folder (adapters, merged models)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--config", default="config.yaml", help="the run's config (default config.yaml)")
     args = ap.parse_args()
     os.chdir(args.project)
     from qrewrite.training.merge import merge_lora
     from qrewrite.training.sft import run_sft
 
-    cfg = load_config(CONFIG)
+    cfg = load_config(args.config)
     tenant = tenant_config(cfg, args.tenant)
     paths = artifact_paths(tenant)
     train = read_jsonl(paths["sft_train"])

@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--excel", type=Path, default=Path("data/raw/sights.xlsx"))
     ap.add_argument("--kb", type=Path, default=Path("data/kb/sights.jsonl"))
-    ap.add_argument("--rows", type=int, default=300)
+    ap.add_argument("--rows", type=int, default=150, help="rows of the sheet (default 150)")
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)

@@ -154,7 +154,7 @@ def test_own_tenant_in_five_minutes(project):
     name = "sights"
     p = tenant_paths(name)
     summary = json.loads((project.root / p["summary"]).read_text(encoding="utf-8"))
-    assert summary["stages"]["ingest"]["with_gold"] == 300 and summary["stages"]["ingest"]["gold_ids_not_in_kb"] == 0
+    assert summary["stages"]["ingest"]["with_gold"] == 150 and summary["stages"]["ingest"]["gold_ids_not_in_kb"] == 0
     fit = summary["stages"]["validate"]["teacher_fit"]
     assert fit["teacher"]["mean"] >= fit["query_history"]["mean"], fit  # the gate let it through: people's rewrites
     assert json.loads((project.root / p["gate"]).read_text(encoding="utf-8"))["passed"] is True

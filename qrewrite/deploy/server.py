@@ -166,15 +166,15 @@ def serving(argv: list[str], *, base_url: str, name: str, log_path: str | Path, 
     """Run `argv` until the block ends (also on error, Ctrl-C or SIGTERM); yields {startup_s, pid}."""
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    log.info("starting the model server: %s", shlex.join(argv))
+    log.info("starting the server: %s", shlex.join(argv))
     with _sigterm_raises(), open(log_path, "w", encoding="utf-8") as fh:
         proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env={**os.environ, **(env or {})}, start_new_session=True,
                                 preexec_fn=_die_with_parent)
         try:
             startup = wait_ready(base_url, name, proc, log_path, timeout, headers)
-            log.info("model server ready on %s after %.1fs (pid %d)", base_url, startup, proc.pid)
+            log.info("server ready on %s after %.1fs (pid %d)", base_url, startup, proc.pid)
             yield {"startup_s": round(startup, 3), "pid": proc.pid}
         finally:
             stop(proc)
-            log.info("model server stopped (pid %d, exit code %s)", proc.pid, proc.returncode)
+            log.info("server stopped (pid %d, exit code %s)", proc.pid, proc.returncode)
