@@ -143,28 +143,31 @@ def serving(args: str) -> str:
         rows.append(f"| {t} | {doc['release']['name']} | {'yes' if s['texts_identical_to_eval'] else 'no'} | "
                     f"{f3(s['hit_at_1_served'])} / {f3(s['hit_at_1_eval'])} | {s['latency_c1_p50_s']:.2f} s |")
         sources.append(source(f"tenant_{t}", doc))
-    lat = load("serve_latency")
     head = ("| tenant | release | served texts = eval's, every test row | Hit@1 served / eval | p50 latency, one "
             "request at a time |\n|---|---|---|---|---|")
     out = [head, *rows]
-    if lat:
-        out += ["", "| tenant | concurrency | p50 | p95 | requests/s | errors | fallbacks |", "|---|---|---|---|---|---|---|"]
-        for t, levels in lat["tenants"].items():
-            for c, v in levels.items():
-                out.append(f"| {t} | {c} | {v['p50_s']:.2f} s | {v['p95_s']:.2f} s | {v['requests_per_s']:.2f} | "
-                           f"{v['errors']} | {v.get('fallbacks', '–')} |")
-        sources.append(source("serve_latency", lat))
+    levels = [(t, c, v) for t in TENANTS for c, v in (((load(f"tenant_{t}") or {}).get("served") or {})
+                                                     .get("latency") or {}).items()]
+    if levels:
+        out += ["", "| tenant | concurrency | requests | p50 | p95 | requests/s | errors | fallbacks |",
+                "|---|---|---|---|---|---|---|---|"]
+        for t, c, v in levels:
+            out.append(f"| {t} | {c} | {v['n']} | {v['p50_s']:.3f} s | {v['p95_s']:.3f} s | {v['requests_per_s']:.2f} | "
+                       f"{v['errors']} | {v['fallbacks']} |")
     over = load("serve_overhead")
     if over:
-        out += ["", "| tenant | release | model alone, p50 | through the gateway, p50 | ratio |", "|---|---|---|---|---|"]
+        out += ["", "| tenant | release | in process, p50 | through the gateway, p50 | ratio (difference) |",
+                "|---|---|---|---|---|"]
         for t, v in over["tenants"].items():
-            out.append(f"| {t} | {v['release']} | {v['direct_p50_s']:.3f} s | {v['gateway_p50_s']:.3f} s | "
-                       f"{v['ratio_p50']:.3f} |")
+            ratio = "–" if v["ratio_p50"] is None else f"{v['ratio_p50']:.3f}"
+            out.append(f"| {t} | {v['release']} | {1000 * v['direct_p50_s']:.1f} ms | {1000 * v['gateway_p50_s']:.1f} ms "
+                       f"| {ratio} ({v['gateway_minus_direct_p50_ms']:+.1f} ms) |")
         sources.append(source("serve_overhead", over))
     load_ = load("serve_load")
     if load_:
         r = load_["rss_mb"]
-        out += ["", f"Load: {load_['requests']} requests at concurrency {load_['concurrency']}: {load_['errors']} "
+        mix = ", ".join(f"{t} {n}" for t, n in (load_.get("mix") or {}).items())
+        out += ["", f"Load: {load_['requests']} requests ({mix}) at concurrency {load_['concurrency']}: {load_['errors']} "
                 f"errors, {load_.get('fallbacks', '–')} fallbacks, {load_['requests_per_s']:.2f} requests/s; the "
                 f"gateway's memory {r['after_200']:.0f} MB after 200 requests, {r['last']:.0f} MB at the end "
                 f"(max {r['max']:.0f} MB)."]

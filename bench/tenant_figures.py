@@ -73,6 +73,11 @@ def figures(cfg: dict, name: str) -> dict:
         out["served"] = {"texts_identical_to_eval": d.get("texts_identical_to_eval"),
                          "hit_at_1_served": d["hit_at_1"].get("served"), "hit_at_1_eval": d["hit_at_1"].get("eval"),
                          "latency_c1_p50_s": d["latency"]["1"]["latency_s"]["p50"] if "1" in d["latency"] else None,
+                         "latency": {c: {"n": v["n"], "errors": v["errors"], "p50_s": v["latency_s"]["p50"],
+                                         "p95_s": v["latency_s"]["p95"], "requests_per_s": v["requests_per_s"],
+                                         "fallbacks": sum((v.get("fallbacks") or {}).values())}
+                                     for c, v in d["latency"].items()},
+                         "threads": (d.get("machine") or {}).get("threads"),
                          "measured_at": d.get("measured_at")}
     return out
 

@@ -137,7 +137,8 @@ def runs(images, tmp_path_factory):
     podman("tag", images["swift"]["ref"], NAMED)
     try:
         cfg = load_config(image.config_path)
-        for name, stage in (("cpu", "sft_targets"), ("swift", "base_model"), ("swift", "sft"), ("swift", "merge_sft")):
+        for name, stage in (("cpu", "training_gate"), ("cpu", "sft_targets"), ("swift", "base_model"),
+                            ("swift", "sft"), ("swift", "merge_sft")):
             for out in outputs(stage, cfg):  # as Snakemake does before a job: the outputs' folders exist
                 (image.root / out).parent.mkdir(parents=True, exist_ok=True)
             in_image(name, *stage_argv(stage, cfg), cwd=image.root, name=f"{stage} in the {name} image")

@@ -50,13 +50,13 @@ def _strip_titles(project, how: str) -> None:
 @pytest.mark.slow
 def test_kb_without_titles_stops_the_resolve_teacher_before_any_output(project):
     """A tenant whose KB has no titles: `snakemake data` fails at the teacher, saying on the console that the
-    titles name no entity and to use `teacher.provider: openai`; no teacher output, nothing downstream."""
+    titles name no entity and to use `teacher: {provider: openai}`; no teacher output, nothing downstream."""
     own_tenant(project)
     _strip_titles(project, "no title field")
     proc = snakemake(project, "data", "--config", f"only={OWN}")
     assert proc.returncode != 0, proc.out[-4000:]
     for want in ("teacher.provider resolve cannot rewrite for tenant acme", "0 of 72 documents have a title",
-                 "every rewrite would be the question itself", "`teacher.provider: openai`", OWN_KB):
+                 "every rewrite would be the question itself", "`teacher: {provider: openai}`", OWN_KB):
         assert want in proc.out, (want, proc.out[-4000:])
     assert (project.root / P["queries"]).exists() and not outputs_after(project, "teacher")
 
@@ -70,7 +70,7 @@ def test_titles_empty_or_unmapped_stop_the_resolve_teacher(project, how):
     stage(project, "ingest")
     proc = stage(project, "teacher", check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-    assert "`teacher.provider: openai`" in proc.stderr and "0 of 72 documents have a title" in proc.stderr
+    assert "`teacher: {provider: openai}`" in proc.stderr and "0 of 72 documents have a title" in proc.stderr
     assert ("tenants[].kb.fields.title is null" in proc.stderr) == how.endswith("null"), proc.stderr
     assert not outputs_after(project, "teacher")
 

@@ -19,7 +19,7 @@ from conftest import REPO
 from qrewrite.workflow.stages import STAGES
 
 STAGE_RULES = ("build_excel", "ingest", "teacher", "validate", "split", "reward_check", "summarize", "data_card",
-               "base_model", "sft_targets", "sft",
+               "base_model", "training_gate", "sft_targets", "sft",
                "merge_sft", "rl_data", "rl", "release", "eval_generate", "eval_rewrites", "eval", "report")
 SNAKEMAKE_CONFIG = "--config results/.config.resolved.yaml"
 _CONFIG = yaml.safe_load((REPO / "config.yaml").read_text(encoding="utf-8"))

@@ -349,7 +349,10 @@ def test_validation_retries_rag_failures(rag_case, status):
     per_key = defaultdict(list)
     for r in fault_rag.requests():
         per_key[r["key"]].append(r["status"])
-    assert len(per_key) >= 30 and all(sorted(v) == sorted([status, 200]) for v in per_key.values()), per_key
+    # one fault per distinct request, then success; a request sent twice (query + history equal to the teacher's
+    # rewrite, say) finds the fault spent
+    assert len(per_key) >= 30 and all(v[0] == status and v[1:] and set(v[1:]) == {200} for v in per_key.values()), \
+        per_key
 
 
 @pytest.mark.slow
@@ -387,14 +390,18 @@ def test_validation_rag_going_down_mid_stage_then_back(rag_case):
     assert proc.returncode == 2 and "HTTP 503" in proc.stderr and fault_rag.url in proc.stderr, proc.stderr
     assert "serve-rag" in proc.stderr and "rerun resumes" in proc.stderr
     assert not (project.root / PATHS["validated"]).exists()
-    # 20 searches were let through; one still in flight when the stage gave up may not have been cached.
+    # 20 searches were let through (a request sent twice, with query + history equal to the teacher's rewrite,
+    # say, is one key); one still in flight when the stage gave up may not have been cached.
+    before = fault_rag.requests()
+    answered = {r["key"] for r in before if r["status"] == 200}
     cached = assert_cache_intact(project.root / "cache" / "rag")
-    assert 19 <= cached <= 20
+    assert len(answered) - 1 <= cached <= len(answered) and sum(r["status"] == 200 for r in before) == 20
     fault_rag.script()
     project.stage("validate")
     _same_retrieval(project.read_jsonl(PATHS["validated"]), reference)
     stats = json.loads((project.root / PATHS["stats_validate"]).read_text())
-    assert stats["rag_cache_hits"] == cached and repeated(fault_rag.requests()) == 20 - cached
+    again = answered & {r["key"] for r in fault_rag.requests()[len(before):] if r["status"] == 200}
+    assert stats["rag_cache_hits"] >= cached and len(again) == len(answered) - cached, (again, cached)
 
 
 # ------------------------------------------------------------------ RAG responses of the wrong shape

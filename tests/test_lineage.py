@@ -82,7 +82,7 @@ def data_half(root: Path, n_queries: int) -> Project:
     project.set_config(cfg)
     project.keep_queries(TENANT, n_queries)
     for stage in ("build-excel", "ingest", "teacher", "validate", "split", "reward-check", "summarize", "data-card",
-                  "sft-targets"):
+                  "training-gate", "sft-targets"):
         project.stage(stage)
     return project
 

@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from conftest import free_port
+from qrewrite.eval.route import with_history
 from qrewrite.kb import load_kb
 from qrewrite.rag.local import LocalRetriever
 from conftest import REPO
@@ -50,7 +51,11 @@ def test_http_rag_matches_local(project, rag_server):
     strip = lambda rows: [{k: v for k, v in r.items() if k != "rag_provider"} for r in rows]
     assert strip(remote) == strip(local)
     stats = json.loads((project.root / "results/fivedoctors/stats/validate.json").read_text())
-    assert stats["rag_calls"] == 2 * len(remote)
+    # raw query, query + history and the teacher's rewrite per row; a search asked twice is one call
+    history = {r["id"]: r for r in project.read_jsonl("results/fivedoctors/queries.jsonl")}
+    searches = {(r["query"], text) for r in remote
+                for text in (r["rewrite"], "", with_history(r["query"], history[r["id"]]))}
+    assert stats["rag_calls"] == len(searches) and len(searches) > 2 * len(remote)
 
 
 def test_unknown_tenant_on_rag_server_is_an_error(rag_server):

@@ -220,7 +220,7 @@ def released(tmp_path_factory, smollm2_base):
     project.update_tenant(TENANT, judge_labels=None, gold_set=None, red_team=None)  # the split's rows only
     # the data half and the RL prompts: the release's lineage walks back through them to the raw Excel
     for stage in ("build-excel", "ingest", "teacher", "validate", "split", "reward-check", "summarize", "data-card",
-                  "sft-targets", "rl-data"):
+                  "training-gate", "sft-targets", "rl-data"):
         project.stage(stage)
     (project.root / PATHS["sft_model"]).mkdir(parents=True)  # the adapter stands in empty: only hashed here
     (project.root / PATHS["sft_model"] / "adapter_config.json").write_text("{}")

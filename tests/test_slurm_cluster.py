@@ -40,7 +40,7 @@ TINY_SFT = {"device": "cpu", "threads": 1,  # one optimizer step: the point is t
                     "logging_steps": 1, "learning_rate": 2.0e-4}}
 # the rules that run in the cpu image (sft_targets: the SFT targets, from the split, before sft)
 DATA_RULES = ("build_excel", "ingest", "teacher", "validate", "split", "reward_check", "summarize", "data_card",
-              "sft_targets")
+              "training_gate", "sft_targets")
 SWIFT_RULES = ("base_model", "sft")
 
 
@@ -90,6 +90,7 @@ def configure(root: Path, fake_url: str) -> None:
     cfg["tenants"] = [t for t in cfg["tenants"] if t["name"] == TENANT]
     # keep every rewrite of the stand-in teacher: 20 rows → 16/2/2 SFT samples (all fit max_length 512)
     cfg["tenants"][0]["thresholds"] = {**cfg["tenants"][0].get("thresholds", {}), "top1": 0.0}
+    cfg["tenants"][0]["student"] = "always"  # 16 training rows are under the gate's floor: the gate warns, SFT runs
     cfg["teacher"] = {**cfg["teacher"], "provider": "openai", "concurrency": 4,
                       "openai": {"base_url": fake_url, "model": "fake-teacher", "api_key_env": "OPENAI_API_KEY",
                                  "max_retries": 0, "timeout_s": 20}}

@@ -125,7 +125,7 @@ def test_memory_grows_per_attempt(checkout):
     second = {(j["rule"], j["resources"]["mem_mb"]) for j in jobs(snakemake(checkout, "--attempt", "2"))}
     mem1, mem2 = dict(first), dict(second)
     assert mem1.keys() == mem2.keys()
-    assert all(int(mem2[r]) == 2 * int(mem1[r]) for r in mem1), (mem1, mem2)
+    assert not [r for r in mem1 if int(mem2[r]) != 2 * int(mem1[r])], {r: (mem1[r], mem2[r]) for r in mem1 if int(mem2[r]) != 2 * int(mem1[r])}
 
 
 @pytest.mark.slow

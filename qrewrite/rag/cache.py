@@ -8,6 +8,8 @@ query and rewritten query. The `local` provider is in-process and free, so it is
 
 from __future__ import annotations
 
+import asyncio
+
 from ..io_utils import sha256_json
 from ..cache import DiskCache
 
@@ -16,6 +18,7 @@ class CachedRag:
     def __init__(self, rag, cache_dir: str, ident: dict):
         self.rag, self.ident = rag, ident
         self.cache = DiskCache(cache_dir)
+        self._inflight: dict[str, asyncio.Task] = {}
 
     @property
     def calls(self) -> int:
@@ -33,6 +36,14 @@ class CachedRag:
         entry = self.cache.get(key)
         if entry is not None and isinstance(entry.get("hits"), list):
             return entry["hits"]
+        # the same search asked twice at once (query + history equal to the teacher's rewrite, say) is one call
+        task = self._inflight.get(key)
+        if task is None:
+            task = self._inflight[key] = asyncio.ensure_future(self._fetch(key, query, rewritten_query))
+            task.add_done_callback(lambda _t: self._inflight.pop(key, None))
+        return await task
+
+    async def _fetch(self, key: str, query: str, rewritten_query: str | None) -> list[dict]:
         hits = await self.rag.search(query, rewritten_query)
         self.cache.put(key, {"hits": hits})  # persisted the moment it returns: a kill after this repeats nothing
         return hits
