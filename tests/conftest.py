@@ -423,3 +423,19 @@ def run_documented(block: str, cwd: Path, env: dict, timeout: float = 1800) -> s
                           timeout=timeout)
     assert proc.returncode == 0, f"{block}\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
     return proc.stdout + proc.stderr
+
+
+def write_workbook(path: Path, header: list | None, rows: list[list], title: str = "queries") -> Path:
+    """An .xlsx of one sheet named `title`: the header row (None: none), then `rows`."""
+    import openpyxl
+
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws.title = title
+    if header is not None:
+        ws.append(header)
+    for r in rows:
+        ws.append(r)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    wb.save(path)
+    return path

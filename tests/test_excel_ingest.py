@@ -9,7 +9,7 @@ import zipfile
 import openpyxl
 import pytest
 
-from conftest import REPO
+from conftest import REPO, write_workbook
 from qrewrite.config import load_config, tenant_config
 from qrewrite.data.ingest import ingest, query_id
 from qrewrite.paths import tenant_paths
@@ -26,14 +26,7 @@ def project(project):
 
 
 def write_xlsx(path, rows, header=HEADER, title="queries"):
-    wb = openpyxl.Workbook()
-    ws = wb.active
-    ws.title = title
-    ws.append(header)
-    for r in rows:
-        ws.append(r)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    wb.save(path)
+    write_workbook(path, header, rows, title)
 
 
 def run_ingest(project, monkeypatch, name="fivedoctors"):

@@ -81,6 +81,7 @@ def data_half(root: Path, n_queries: int) -> Project:
     cfg["tenants"] = [t for t in cfg["tenants"] if t["name"] == TENANT]
     project.set_config(cfg)
     project.keep_queries(TENANT, n_queries)
+    project.update_tenant(TENANT, student="always")  # a few rows, under the gate's floor: lineage, not quality
     for stage in ("build-excel", "ingest", "teacher", "validate", "split", "reward-check", "summarize", "data-card",
                   "training-gate", "sft-targets"):
         project.stage(stage)
@@ -156,10 +157,11 @@ def test_verify_fails_naming_the_artifact_whenever_any_upstream_byte_changes(cha
     assert verify_lineage(model) == []
     doc = lineage(project, "rl_model")
     targets = [e["path"] for e in doc["upstream"]] + [f"{PATHS['rl_model']}/{f}" for f in doc["model"]["files"]]
-    # 27 upstream artifacts (the data half, its stats, the reward check and the judge labels it read, summary and
-    # data card, gold and red-team sets, the SFT targets, base and SFT models, RL files) + the model's 3 files
-    assert len(set(targets)) == len(targets) == 30
-    assert {PATHS["sft_train"], PATHS["sft_val"]} <= set(targets)
+    # 28 upstream artifacts (the data half, its stats, the reward check and the judge labels it read, summary and
+    # data card, gold and red-team sets, the training gate, the SFT targets, base and SFT models, RL files) + the
+    # model's 3 files
+    assert len(set(targets)) == len(targets) == 31
+    assert {PATHS["sft_train"], PATHS["sft_val"], PATHS["gate"]} <= set(targets)
     assert {PATHS["data_card_json"], PATHS["summary"], PATHS["stats_split"], PATHS["reward_check"]} <= set(targets)
     for rel in targets:
         changed, blob = _flip_one_byte(project.root / rel)

@@ -217,7 +217,8 @@ def released(tmp_path_factory, smollm2_base):
     cfg["base_model"] = dict(TINY_BASE)
     cfg["eval"]["generation"].update({"max_new_tokens": 8, "batch_size": 8})  # plumbing, not quality
     project.set_config(cfg)
-    project.update_tenant(TENANT, judge_labels=None, gold_set=None, red_team=None)  # the split's rows only
+    # the split's rows only; under the gate's floor of training rows: the release's plumbing, not quality
+    project.update_tenant(TENANT, judge_labels=None, gold_set=None, red_team=None, student="always")
     # the data half and the RL prompts: the release's lineage walks back through them to the raw Excel
     for stage in ("build-excel", "ingest", "teacher", "validate", "split", "reward-check", "summarize", "data-card",
                   "training-gate", "sft-targets", "rl-data"):

@@ -11,10 +11,10 @@ import re
 import shutil
 from pathlib import Path
 
-import openpyxl
 import pytest
 import yaml
 
+from conftest import write_workbook
 from qrewrite.cli import main
 from qrewrite.config import load_config, tenant_config
 from qrewrite.errors import QrewriteError
@@ -34,14 +34,7 @@ SIGHT_ASKS = ("它几点开门", "门票多少钱", "需要预约吗", "怎么�
 
 
 def write_xlsx(path: Path, header: list, rows: list[list], title: str = "测试集") -> Path:
-    wb = openpyxl.Workbook()
-    ws = wb.active
-    ws.title = title
-    ws.append(header)
-    for r in rows:
-        ws.append(r)
-    wb.save(path)
-    return path
+    return write_workbook(path, header, rows, title)
 
 
 def write_jsonl(path: Path, objs: list[dict]) -> Path:

@@ -177,22 +177,27 @@ def create_app(cfg: dict, registry: Registry, keys: Keys, access_log: AccessLog)
     async def rewrite(request: Request):
         return await handle(request, "rewrite", parse_rewrite)
 
+    def keyed(request: Request):
+        """(the caller's tenant, None), or (None, the 401/403 answer)."""
+        try:
+            return caller(request), None
+        except Refused as exc:
+            return None, _error(exc.status, exc.kind, exc.message, None, uuid.uuid4().hex)
+
     @app.get("/v1/models")
     async def models(request: Request):
-        try:
-            tenant = caller(request)
-        except Refused as exc:
-            return _error(exc.status, exc.kind, exc.message, None, uuid.uuid4().hex)
+        tenant, refused = keyed(request)
+        if refused:
+            return refused
         name = scfg["model_name"].format(tenant=tenant)
         return {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "qrewrite",
                                             "qrewrite_release": registry.get(tenant).describe()}]}
 
     @app.get("/v1/release")
     async def release(request: Request):
-        try:
-            tenant = caller(request)
-        except Refused as exc:
-            return _error(exc.status, exc.kind, exc.message, None, uuid.uuid4().hex)
+        tenant, refused = keyed(request)
+        if refused:
+            return refused
         s = registry.get(tenant)
         return {**s.describe(), "folder": s.folder, "released": s.released, "backend": s.info,
                 "swaps": [w for w in registry.swaps if w["tenant"] == tenant]}
