@@ -63,7 +63,7 @@ lineage: $(VENV)/.data-env ## the lineage of a tenant's release: make lineage T=
 # tiny configs ask for 1): two 2-thread jobs on 2 cores ran 2.4-2.6x slower than alone, not 2x, as each thread
 # waits for the other at every op. TEST_WORKERS=0: one process, torch's own thread count.
 TEST_WORKERS ?= 2
-test: $(VENV)/.test-env $(TRAIN_ENVS) ## every test, what CI runs: 22-53 min on 2 cores (TEST_WORKERS=, PYTEST_ARGS=)
+test: $(VENV)/.test-env $(TRAIN_ENVS) ## every test, what CI runs: tens of minutes on 2 cores, docs/benchmarks.md (TEST_WORKERS=, PYTEST_ARGS=)
 	PATH="$(CURDIR)/$(BIN):$$PATH" QREWRITE_REQUIRE_TRAIN_ENVS=1 \
 	    $(if $(filter-out 0 1,$(TEST_WORKERS)),OMP_NUM_THREADS=1 MKL_NUM_THREADS=1) \
 	    $(BIN)/python -m pytest -ra --durations=40 -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
