@@ -69,10 +69,24 @@ def test_durdev_sits_beside_the_demo_tenants_with_its_own_teacher(tmp_path):
     copies its files and names its columns, its title-less KB and its own teacher (people's rewrites: provider
     column); one config holds it beside the demo tenants, whose teacher stays the global one."""
     project = Project(tmp_path / "proj")
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "make_durdev_tenant.py"), "--out", "data/durdev"],
-                          capture_output=True, text=True, cwd=project.root)
+    script = [sys.executable, str(REPO / "scripts" / "make_durdev_tenant.py"), "--out", "data/durdev"]
+    proc = subprocess.run(script, capture_output=True, text=True, cwd=project.root)
     assert proc.returncode == 0, proc.stderr  # ../shared/data/dur-dev is there on every machine of the project
+    plain = yaml.safe_load((project.root / "data" / "durdev" / "config.yaml").read_text())["tenants"][0]
+    # its SFT targets by default: the people's rewrites, as the global setting (re-decided on validation, 2026-12-07)
+    assert plain["sft_targets"] == "teacher" == project.config["train"]["sft"]["targets"]
+    # run again, the script leaves its files as they were: the pipeline redoes nothing
+    stamps = {p.name: p.stat().st_mtime_ns for p in (project.root / "data" / "durdev").iterdir()}
+    again = subprocess.run(script, capture_output=True, text=True, cwd=project.root)
+    assert again.returncode == 0 and "unchanged: config.yaml, dur-dev.xlsx, kb.jsonl" in again.stdout, again.stdout
+    assert {p.name: p.stat().st_mtime_ns for p in (project.root / "data" / "durdev").iterdir()} == stamps
+    # the lever's other arm (docs/training.md): the rewrite + the history on every row, nothing else changed
+    other = subprocess.run([*script, "--sft-targets", "history"], capture_output=True, text=True, cwd=project.root)
+    assert other.returncode == 0, other.stderr
     durdev = yaml.safe_load((project.root / "data" / "durdev" / "config.yaml").read_text())["tenants"][0]
+    assert durdev["sft_targets"] == "history"
+    assert {k: v for k, v in plain.items() if k != "sft_targets"} == \
+        {k: v for k, v in durdev.items() if k != "sft_targets"}
     cfg = project.config
     cfg["tenants"].append(durdev)
     project.set_config(cfg)
@@ -88,8 +102,7 @@ def test_durdev_sits_beside_the_demo_tenants_with_its_own_teacher(tmp_path):
     for stage in ("build-excel", "ingest", "teacher"):  # the demo tenant beside it keeps the global teacher
         project.stage(stage, tenant="fivedoctors")
     assert {t["provider"] for t in project.read_jsonl("results/fivedoctors/teacher.jsonl")} == {"resolve"}
-    # its own SFT targets: its rewrite + the history, where the demo tenants keep the teacher's rewrites (the global)
-    assert durdev["sft_targets"] == "history" and cfg["train"]["sft"]["targets"] == "teacher"
+    # the history arm's targets: its rewrite + the history, where the demo tenants keep the teacher's rewrites
     assert project.stage("sft-targets", tenant="durdev").returncode == 0
     targets = json.loads((project.root / "results/durdev/stats/sft_targets.json").read_text())
     assert targets["targets"] == "history"
@@ -97,20 +110,6 @@ def test_durdev_sits_beside_the_demo_tenants_with_its_own_teacher(tmp_path):
     learnt = project.read_jsonl("results/durdev/sft/targets/train.jsonl")
     histories = {q["id"]: q["history"] for q in project.read_jsonl("results/durdev/queries.jsonl")}
     assert all(s["messages"][-1]["content"].endswith(histories[s["meta"]["query_id"]] or "") for s in learnt)
-    # run again, the script leaves its files as they were: the pipeline redoes nothing
-    stamps = {p.name: p.stat().st_mtime_ns for p in (project.root / "data" / "durdev").iterdir()}
-    again = subprocess.run([sys.executable, str(REPO / "scripts" / "make_durdev_tenant.py"), "--out", "data/durdev"],
-                           capture_output=True, text=True, cwd=project.root)
-    assert again.returncode == 0 and "unchanged: config.yaml, dur-dev.xlsx, kb.jsonl" in again.stdout, again.stdout
-    assert {p.name: p.stat().st_mtime_ns for p in (project.root / "data" / "durdev").iterdir()} == stamps
-    # the lever's other arm (docs/training.md): the people's rewrites as they are, nothing else changed
-    other = subprocess.run([sys.executable, str(REPO / "scripts" / "make_durdev_tenant.py"), "--out", "data/dd-t",
-                            "--sft-targets", "teacher"], capture_output=True, text=True, cwd=project.root)
-    assert other.returncode == 0, other.stderr
-    plain = yaml.safe_load((project.root / "data" / "dd-t" / "config.yaml").read_text())["tenants"][0]
-    assert plain["sft_targets"] == "teacher"
-    assert {k: v for k, v in plain.items() if k not in ("raw_excel", "kb", "sft_targets")} == \
-        {k: v for k, v in durdev.items() if k not in ("raw_excel", "kb", "sft_targets")}
 
 
 def test_building_the_tenant_again_leaves_unchanged_files_untouched(tmp_path):
