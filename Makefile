@@ -87,8 +87,8 @@ cqr: cqr-data .venvs/swift/.installed ## the public CQR dialogues as a tenant (d
 
 # dur-dev, real Chinese chit-chat with people's rewrites (../shared/data/dur-dev; not shipped: data/durdev/ is
 # git-ignored), as a tenant with its own teacher (the column), then its whole pipeline (docs/training.md).
-# DURDEV_ARGS go to the script (e.g. --sft-targets teacher), DURDEV_CONFIGFILES after its config (e.g.
-# bench/split_seed7.yaml, a second draw of the split): docs/training.md measures both.
+# DURDEV_ARGS go to the script (e.g. --sft-targets history), DURDEV_CONFIGFILES after its config (e.g.
+# bench/split_seed7.yaml or split_seed11.yaml, other draws of the split): docs/training.md measures both.
 DURDEV_ARGS ?=
 DURDEV_CONFIGFILES ?=
 durdev: durdev-data .venvs/swift/.installed ## dur-dev chit-chat with people's rewrites as a tenant (data/durdev/), then its pipeline

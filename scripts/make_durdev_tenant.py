@@ -4,8 +4,8 @@ the way a user adds one: its Excel and KB copied into ``--out`` (git-ignored: th
 Snakemake ``--configfile`` naming the sheet's columns, the title-less KB, its own teacher (the people's
 rewrites, ``teacher: {provider: column}``) and its SFT targets (``--sft-targets``, default ``teacher``: re-decided by
 the release's validation rule over three draws of its split, docs/notes/2026-12-07-durdev-sft-targets-redecided.md),
-so it also sits beside the demo tenants in one config. Run again, it leaves
-files whose bytes are the same untouched (their mtimes too), so Snakemake redoes nothing.
+so it also sits beside the demo tenants in one config. Run again, it leaves files whose bytes are the same untouched
+(their mtimes too), so Snakemake redoes nothing.
 
     python scripts/make_durdev_tenant.py --out data/durdev        # make durdev-data runs this
     snakemake --cores 2 --configfile data/durdev/config.yaml       # make durdev: its whole pipeline
@@ -34,9 +34,12 @@ from qrewrite.io_utils import publish_changed, write_text_atomic  # noqa: E402
 SOURCE = ROOT.parent / "shared" / "data" / "dur-dev"
 SYSTEM_PROMPT = ("你是闲聊对话的改写助手。把用户最后一句话改写成完整独立的句子：用对话历史补全其中的指代和省略，"
                  "保留原意。只输出改写后的句子。")
+# the release's validation Hit@1 summed over seeds 42, 7 and 11: teacher 2.630, retrieval 2.616, history 2.614, by a
+# rule written before seed 11 ran (docs/notes/2026-12-07-durdev-sft-targets-redecided.md)
+SFT_TARGETS = "teacher"
 
 
-def tenant(name: str, out: Path, sft_targets: str = "teacher") -> dict:
+def tenant(name: str, out: Path, sft_targets: str = SFT_TARGETS) -> dict:
     return {"name": name, "language": "zh", "system_prompt": SYSTEM_PROMPT,
             "raw_excel": f"{out.as_posix()}/dur-dev.xlsx", "sheet": None,
             "columns": {"query": "问题", "profile": "用户画像", "history": "历史摘要", "gold": "gold_doc_ids",
@@ -44,8 +47,6 @@ def tenant(name: str, out: Path, sft_targets: str = "teacher") -> dict:
             "kb": {"path": f"{out.as_posix()}/kb.jsonl", "name": f"{name}_kb",
                    "fields": {"doc_id": "id", "title": None, "content": "text"}},
             "teacher": {"provider": "column"},
-            # the release's validation Hit@1 summed over seeds 42, 7 and 11: teacher 2.630, retrieval 2.616, history
-            # 2.614, by a rule written before seed 11 ran (docs/notes/2026-12-07-durdev-sft-targets-redecided.md)
             "sft_targets": sft_targets}
 
 
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("data/durdev"), help="output folder, relative to the project "
                     "root you run it in: the config names the files by this path (default data/durdev)")
     ap.add_argument("--name", default="durdev", help="tenant name (default durdev)")
-    ap.add_argument("--sft-targets", choices=("history", "retrieval", "teacher"), default="teacher",
+    ap.add_argument("--sft-targets", choices=("history", "retrieval", "teacher"), default=SFT_TARGETS,
                     help="what its student learns (the tenant's sft_targets): the people's rewrites as they are "
                          "(teacher, the default: re-decided on validation over three draws of the split), them + the "
                          "history on every row (history), or per row whichever of those retrieves gold most surely "
