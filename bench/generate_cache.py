@@ -25,7 +25,7 @@ from common import median, study_args, write_result  # noqa: E402
 
 from qrewrite.config import load_config, tenant_config  # noqa: E402
 from qrewrite.eval.candidates import eval_rows  # noqa: E402
-from qrewrite.eval.generate import generate_rewrites, generation_kwargs  # noqa: E402
+from qrewrite.runtime.generate import generate_rewrites, generation_kwargs  # noqa: E402
 from qrewrite.io_utils import read_json  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"

@@ -2,7 +2,7 @@
 rewrite, it + the history, query + history) is sent to the tenant's RAG once; the rules below then pick a text
 per row from the same hits, so they are compared on the same retrievals, paired:
 
-* top1 (what qrewrite.eval.route ships): the top hit's score;
+* top1 (what qrewrite.runtime.route ships): the top hit's score;
 * margin: the top hit's lead over the second;
 * ratio: that lead as a share of the top score;
 * top1+margin: the two added;
@@ -10,7 +10,7 @@ per row from the same hits, so they are compared on the same retrievals, paired:
 
 The students' rewrites are the run's own: validation rows from the rl stage's generations (what the release
 scored, results/T/train/rl-val-rewrites.json), test rows from the eval stage's. Only retrieval runs here. It only
-reports: the shipped rule is qrewrite.eval.route's. Run in the swift env, per finished pipeline run:
+reports: the shipped rule is qrewrite.runtime.route's. Run in the swift env, per finished pipeline run:
 
     PYTHONPATH=. .venvs/swift/bin/python bench/route_confidence.py --project ../run --tenant fivedoctors
     PYTHONPATH=. .venvs/swift/bin/python bench/route_confidence.py --table
@@ -32,7 +32,7 @@ from common import RESULTS, study_args, write_result  # noqa: E402
 
 from qrewrite.config import load_config, tenant_config  # noqa: E402
 from qrewrite.eval.candidates import eval_rows  # noqa: E402
-from qrewrite.eval.route import PARTS, choose, part_texts  # noqa: E402
+from qrewrite.runtime.route import PARTS, choose, part_texts  # noqa: E402
 from qrewrite.io_utils import read_json, read_jsonl  # noqa: E402
 from qrewrite.metrics import gold_ranking  # noqa: E402
 from qrewrite.paths import artifact_paths, eval_paths  # noqa: E402

@@ -29,7 +29,7 @@ from common import RESULTS, mean_text, paired_text, study_args, write_result  # 
 from qrewrite.config import load_config, tenant_config  # noqa: E402
 from qrewrite.eval import stats  # noqa: E402
 from qrewrite.eval.candidates import eval_rows  # noqa: E402
-from qrewrite.eval.route import PARTS, choose, part_texts  # noqa: E402
+from qrewrite.runtime.route import PARTS, choose, part_texts  # noqa: E402
 from qrewrite.io_utils import read_jsonl  # noqa: E402
 from qrewrite.metrics import gold_ranking  # noqa: E402
 from qrewrite.paths import artifact_paths, eval_paths  # noqa: E402
@@ -37,7 +37,7 @@ from qrewrite.rag.providers import make_rag  # noqa: E402
 from qrewrite.release.score import release_candidates, rewrites  # noqa: E402
 
 CONFIG = "results/.config.resolved.yaml"
-# the lever (route3: qrewrite.eval.route's PARTS and choice), and two routers over two of its texts for comparison
+# the lever (route3: qrewrite.runtime.route's PARTS and choice), and two routers over two of its texts for comparison
 ROUTERS = {"route_own_qh": ("own", "query_history"), "route_own_ownh": ("own", "own+history"), "route3": PARTS}
 
 

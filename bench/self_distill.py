@@ -28,7 +28,7 @@ from common import RESULTS, study_args, write_result  # noqa: E402
 from qrewrite.config import merged_config_files, tenant_config, validate_config  # noqa: E402
 from qrewrite.eval import stats  # noqa: E402
 from qrewrite.eval.candidates import eval_rows  # noqa: E402
-from qrewrite.eval.route import with_history  # noqa: E402
+from qrewrite.runtime.route import with_history  # noqa: E402
 from qrewrite.eval.hits import hit_at_1  # noqa: E402
 from qrewrite.io_utils import read_json, read_jsonl, write_json, write_jsonl  # noqa: E402
 from qrewrite.paths import artifact_paths  # noqa: E402

@@ -96,7 +96,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from qrewrite.serve.release import load_served
+    from qrewrite.runtime.release import load_served
 
     port = 18400 + os.getpid() % 1000
     url = f"http://127.0.0.1:{port}"

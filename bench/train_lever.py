@@ -29,7 +29,7 @@ from common import mean_text, paired_text, study_args, write_result  # noqa: E40
 from qrewrite.config import load_config, tenant_config  # noqa: E402
 from qrewrite.eval import stats  # noqa: E402
 from qrewrite.eval.candidates import eval_rows  # noqa: E402
-from qrewrite.eval.route import client_rows  # noqa: E402
+from qrewrite.runtime.route import client_rows  # noqa: E402
 from qrewrite.eval.hits import hit_at_1  # noqa: E402
 from qrewrite.io_utils import read_json, read_jsonl  # noqa: E402
 from qrewrite.paths import artifact_paths, eval_paths  # noqa: E402

@@ -1,7 +1,7 @@
 """What the machine's CPU can do, read once from the OS: the one place that decides whether bf16 is native here.
 
 A CPU with bf16 units (AVX512-BF16 / AMX) multiplies bf16 faster than float32; one without emulates it, slower than
-float32 (~12x for generation on an AMD EPYC without them, 2026-12-05). The eval's weights dtype and SFT's mixed
+float32 (several times slower for generation: docs/benchmarks.md). The eval's weights dtype and SFT's mixed
 precision both follow it where their config says `auto`.
 """
 
@@ -30,8 +30,8 @@ def resolve_dtype(setting: str | None, device: str, has_bf16: bool | None = None
     """A dtype setting as it runs here, the one rule for the eval's weights (eval.generation.dtype, loaded alike by
     the in-process eval and the deploy check's server) and SFT's arithmetic (train.sft.precision): null is bfloat16
     on cuda and float32 on a CPU (the rule before either setting existed), auto is bfloat16 where it is native
-    (`native_bf16`) and float32 on a CPU without bf16 units, which would only emulate it (~12x slower than float32
-    on an AMD EPYC without them, 2026-12-05), anything else is itself."""
+    (`native_bf16`) and float32 on a CPU without bf16 units, which would only emulate it (slower than float32), anything
+    else is itself."""
     if setting == "auto":
         return "bfloat16" if native_bf16(device, has_bf16) else "float32"
     return setting or ("bfloat16" if str(device).startswith("cuda") else "float32")
@@ -49,12 +49,11 @@ def speed_note(cfg: dict, has_bf16: bool | None = None) -> str | None:
     emulated = [k for k, v in settings.items() if v == "bfloat16"]
     if emulated:
         return (f"{', '.join(emulated)} bfloat16 on a CPU without bf16 units (avx512_bf16 / amx_bf16): it is "
-                "emulated there, ~12x slower than float32 for generation on an AMD EPYC (2026-12-05). Set auto "
-                "(float32 here, bfloat16 where the CPU has the units).")
+                "emulated there, several times slower than float32 (docs/benchmarks.md). Set auto (float32 here, "
+                "bfloat16 where the CPU has the units).")
     if "auto" in settings.values():
         return ("this CPU has no bf16 units (avx512_bf16 / amx_bf16), so `auto` trains and generates in float32: "
-                "the demo pipeline took 69.7 min on such a CPU (an AMD EPYC, 2 cores), against 10.3 min on an Intel "
-                "Xeon with them, the pipeline alone in both, without the install (docs/benchmarks.md).")
+                "the demo pipeline takes several times as long as on a CPU with them (measured: docs/benchmarks.md).")
     return None
 
 

@@ -110,7 +110,7 @@ def sha256_json(obj: Any) -> str:
 def publish_changed(stage: str | os.PathLike, out: str | os.PathLike) -> list[str]:
     """Move each file of folder `stage` over its namesake in `out` (same filesystem), except where the bytes are
     the same: a file left as it was keeps its mtime, so a tenant's data written again does not make Snakemake redo
-    its pipeline (`make cqr` retrained SFT on every call, 2026-12-04). Returns the names left unchanged."""
+    its pipeline (retrain SFT on every call). Returns the names left unchanged."""
     kept = []
     for f in sorted(Path(stage).iterdir()):
         dst = Path(out) / f.name

@@ -55,3 +55,9 @@ def tokenize_parts(text: str, language: str = "zh") -> tuple[list[str], list[str
         bigrams = [a + b for run in _CJK_RUN.findall(text) for a, b in zip(run, run[1:])
                   if a + b not in stop and a not in _BIGRAM_SKIP and b not in _BIGRAM_SKIP]
     return words, bigrams
+
+
+def with_history(text: str, row: dict) -> str:
+    """`text` with the row's history summary pasted after it: query_history's rule, and a model's rewrite under
+    the decoding lever append_history (qrewrite.runtime.route)."""
+    return f"{text} {row.get('history') or ''}".strip()

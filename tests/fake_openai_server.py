@@ -67,6 +67,7 @@ import email.policy
 import hashlib
 import itertools
 import json
+import os
 import re
 import socket
 import struct
@@ -283,6 +284,28 @@ async def _chat(body: dict, key: str, headers: dict, writer: asyncio.StreamWrite
     return fault, True
 
 
+# --- vLLM's runtime LoRA loading (--enable-lora, VLLM_ALLOW_RUNTIME_LORA_UPDATING=True) -------------------------
+LORAS: dict[str, str] = {}  # adapter name → the folder it was loaded from
+
+
+def _lora(path: str, body: dict) -> tuple[int, str]:
+    """What vLLM enforces: a name loaded once, from a folder holding adapter_config.json; unloading a name it holds."""
+    name = body.get("lora_name")
+    if path.endswith("/load_lora_adapter"):
+        if not name or not body.get("lora_path"):
+            return 400, "Both 'lora_name' and 'lora_path' must be provided."
+        if name in LORAS:
+            return 400, f"The lora adapter '{name}' has already been loaded."
+        if not os.path.isfile(os.path.join(body["lora_path"], "adapter_config.json")):
+            return 404, f"Loading lora {name} failed: No adapter found for {body['lora_path']}"
+        LORAS[name] = body["lora_path"]
+        return 200, f"Success: LoRA adapter '{name}' added successfully."
+    if name not in LORAS:
+        return 404, f"The lora adapter '{name}' cannot be found."
+    del LORAS[name]
+    return 200, f"Success: LoRA adapter '{name}' removed successfully."
+
+
 # --- the Batch API ------------------------------------------------------------------------------------------
 FILES: dict[str, dict] = {}    # file id → {"purpose", "filename", "data": bytes, "created_at"}
 BATCHES: dict[str, dict] = {}  # batch id → the batch object
@@ -442,6 +465,18 @@ async def _handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
             elif method == "POST" and path == "/echo":
                 # Valid JSON of the wrong shape (for RAG response-shape tests).
                 writer.write(_response(200, _json({"received": json.loads(raw or b"null")})))
+            elif method == "POST" and path in ("/v1/load_lora_adapter", "/v1/unload_lora_adapter"):
+                status, text = _lora(path, json.loads(raw or b"{}"))
+                STATE.log({"endpoint": path.rsplit("/", 1)[1], "status": status, "t": time.time(),
+                           "body": json.loads(raw or b"{}")})
+                writer.write(_response(status, text.encode(), content_type="text/plain"))
+            elif method == "POST" and path == "/v1/chat/completions" and "@" in json.loads(raw).get("model", "") \
+                    and json.loads(raw)["model"] not in LORAS:
+                # vLLM answers a model name it does not serve with 404 (an adapter never loaded, or unloaded)
+                model = json.loads(raw)["model"]
+                STATE.log({"endpoint": "chat", "status": 404, "t": time.time(), "model": model})
+                writer.write(_response(404, _json(api_error(f"The model `{model}` does not exist.", None,
+                                                            "model_not_found", "NotFoundError"))))
             elif method == "POST" and path == "/v1/chat/completions":
                 body = json.loads(raw)
                 key = prompt_key(body)

@@ -1,10 +1,10 @@
-"""What counts as a degenerate rewrite (qrewrite.eval.degenerate), and its fallback."""
+"""What counts as a degenerate rewrite (qrewrite.runtime.degenerate), and its fallback."""
 
 from __future__ import annotations
 
 import pytest
 
-from qrewrite.eval.degenerate import REASONS, degeneracy, fallback, has_loop, source_text, summarize, trim_loop
+from qrewrite.runtime.degenerate import REASONS, degeneracy, fallback, has_loop, source_text, summarize, trim_loop
 
 
 @pytest.mark.parametrize("rewrite, source, finished, want", [

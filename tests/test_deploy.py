@@ -18,6 +18,7 @@ import pytest
 
 from conftest import REPO, TINY_BASE, Project
 from qrewrite.io_utils import write_json
+from qrewrite.lineage.document import model_files
 from qrewrite.paths import deploy_json, eval_paths, tenant_paths
 from qrewrite.release.folder import write_release
 
@@ -75,7 +76,9 @@ def deployed(tmp_path_factory, smollm2_base):
     write_release(str(project.root / PATHS["release"]), {"released": {
         "name": "sft+route_by_retrieval=true", "source": "sft", "kind": "model", "artifact": "sft_merged",
         "decoding": decoding}}, str(smollm2_base))
-    write_json(project.root / PATHS["release"] / "lineage.json", {"format": "test stand-in"})
+    # a stand-in lineage that records the folder's files, which the gateway checks before the release serves
+    write_json(project.root / PATHS["release"] / "lineage.json", {"format": "test stand-in", "model": {
+        "dir": PATHS["release"], "files": model_files(project.root / PATHS["release"])}})
     base = ["--config", "config.yaml", "--tenant", TENANT, "--test", PATHS["test"], "--queries", PATHS["queries"]]
     rel = EVAL_PATHS["rewrites"].format(candidate="release")
     project.qrewrite("eval-generate", *base, "--candidate", "release", "--model", PATHS["release"], "--threads", "1",
@@ -171,7 +174,7 @@ STANDIN = textwrap.dedent("""
 
 
 def standin(tmp_path, name="m", delay=0.0):
-    from qrewrite.deploy.server import free_port
+    from qrewrite.procs import free_port
 
     script = tmp_path / "standin.py"
     script.write_text(STANDIN)

@@ -343,7 +343,7 @@ def test_api_candidate_and_judge_with_their_default_models_against_the_strict_se
 
 
 def test_shared_prefix_len_leaves_each_prompt_a_token_of_its_own():
-    from qrewrite.eval.generate import shared_prefix_len
+    from qrewrite.runtime.generate import shared_prefix_len
 
     assert shared_prefix_len([[1, 2, 3, 4], [1, 2, 3, 5, 6], [1, 2, 9]]) == 2
     assert shared_prefix_len([[1, 2, 3], [1, 2, 3, 4]]) == 2  # the shorter one keeps its last token
@@ -426,7 +426,7 @@ def test_generation_kwargs_pass_each_decoding_key_of_the_config_to_generate_rewr
     import inspect
 
     from qrewrite.config import load_config
-    from qrewrite.eval.generate import DECODING_KEYS, generate_rewrites, generation_kwargs
+    from qrewrite.runtime.generate import DECODING_KEYS, generate_rewrites, generation_kwargs
     from conftest import REPO
 
     gen = load_config(REPO / "config.yaml")["eval"]["generation"]

@@ -264,10 +264,14 @@ def test_make_clean_deletes_only_generated_demo_excel(tmp_path):
     for name in ("fivedoctors.xlsx", "chengla.xlsx", f"{OWN}.xlsx", f"{OWN}.xlsx.dvc"):
         (raw / name).write_bytes(b"x")
     (tmp_path / "results/t").mkdir(parents=True)
+    (tmp_path / "cache/teacher").mkdir(parents=True)
+    (tmp_path / "cache/teacher/paid.json").write_text("{}")  # a paid teacher call: make clean keeps it
     proc = subprocess.run(["make", "clean"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in raw.iterdir()) == [f"{OWN}.xlsx", f"{OWN}.xlsx.dvc"]
-    assert not (tmp_path / "results").exists()
+    assert not (tmp_path / "results").exists() and (tmp_path / "cache/teacher/paid.json").is_file()
+    proc = subprocess.run(["make", "clean-all"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and not (tmp_path / "cache").exists(), proc.stderr
 
 
 def test_demo_excel_list_matches_config_and_gitignore_hides_only_it():

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from conftest import free_port
-from qrewrite.eval.route import with_history
+from qrewrite.runtime.route import with_history
 from qrewrite.kb import load_kb
 from qrewrite.rag.local import LocalRetriever
 from conftest import REPO

@@ -353,9 +353,9 @@ def test_a_release_with_append_history_pastes_the_history_after_the_models_text(
 def test_a_release_routed_by_retrieval_routes_each_row(released, monkeypatch):
     """The eval's release candidate where the release chose route_by_retrieval: each row sent as the text whose
     top hit the tenant's RAG scores highest among the model's own rewrite, it + the history and query + history
-    (qrewrite.eval.route, recomputed here)."""
+    (qrewrite.runtime.route, recomputed here)."""
     from qrewrite.config import load_config, tenant_config
-    from qrewrite.eval.route import PARTS, client_rows, part_texts
+    from qrewrite.runtime.route import PARTS, client_rows, part_texts
 
     project, *_ = released
     routed = json.loads((project.root / ROUTED / "release.json").read_text(encoding="utf-8"))

@@ -1,4 +1,4 @@
-"""route_by_retrieval (qrewrite.eval.route): per row, the text whose top hit the tenant's RAG scores highest, through
+"""route_by_retrieval (qrewrite.runtime.route): per row, the text whose top hit the tenant's RAG scores highest, through
 the real local BM25 retriever over a small KB of chit-chat utterances (no gold is read to route)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from qrewrite.config import load_config, validate_config
 from qrewrite.errors import QrewriteError
-from qrewrite.eval.route import PARTS, choose, client_rows, part_texts, route_rows
+from qrewrite.runtime.route import PARTS, choose, client_rows, part_texts, route_rows
 from qrewrite.kb import Doc
 from qrewrite.rag.local import LocalRetriever
 from qrewrite.rag.providers import LocalRag
@@ -90,7 +90,7 @@ class DownRag:
 
 def test_a_rag_that_fails_while_routing_stops_a_stage_and_the_gateway_sends_the_own_text():
     from qrewrite.errors import ServiceUnavailable
-    from qrewrite.eval.route import sent_one
+    from qrewrite.runtime.route import sent_one
 
     row, own = ROWS[0], OWN[0]
     with pytest.raises(ServiceUnavailable):  # a pipeline stage: no figure from a silent fallback

@@ -140,6 +140,20 @@ def test_the_reward_does_not_reach_up_into_the_judge_training_package():
     assert [p.name for p in reward.glob("*.py") if up.search(p.read_text(encoding="utf-8"))] == []
 
 
+def test_the_runtime_stands_below_the_stages_the_eval_and_the_gateway():
+    """qrewrite/runtime/ is what the release stage and the eval score and the gateway serves: it imports from the
+    shared modules only, never from a stage package, the eval, the gateway or the deploy check (docs/code.md)."""
+    above = ("eval", "serve", "release", "deploy", "training", "data", "teacher", "judge", "onboard", "report",
+             "workflow", "cli", "gpucheck")
+    up = re.compile(r"^\s*(from\s+(qrewrite\.|\.\.)(%s)\b|import\s+qrewrite\.(%s)\b)" % ("|".join(above),
+                                                                                   "|".join(above)), re.M)
+    found = [f"{p.relative_to(REPO)}: {m.group(0).strip()}" for p in sorted((REPO / "qrewrite/runtime").glob("*.py"))
+             for m in up.finditer(p.read_text(encoding="utf-8"))]
+    assert found == []
+    # and the planted crossing is caught
+    assert up.search("    from ..eval.candidates import RULE_REWRITES\n")
+
+
 def test_docs_map_every_rule_to_its_handler():
     """docs/code.md "One name per stage, one hop to its code": one row per rule, naming the file that holds its
     handler."""

@@ -30,10 +30,11 @@ from ..eval import stats
 from ..eval.hits import hit_at_1
 from ..io_utils import read_json, read_jsonl
 from ..metrics import TIE_RULE
-from ..release.folder import load_release
+from ..runtime.release_file import load_release
 from ..serve.keys import key_env
 from ..serve.plan import plan as serving_plan
-from ..serve.release import lineage_sha256
+from ..runtime.release import lineage_sha256
+from ..procs import free_port
 from . import load, server
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ def run_check(cfg: dict, tenant: dict, rows: list[dict], *, config_path: str, re
     levels = sorted(set(dcfg["concurrency"]))
     key = secrets.token_urlsafe(24)  # this check's own key: nothing else can call its gateway
     model = cfg["serve"]["model_name"].format(tenant=name)
-    gport = server.free_port(host)
+    gport = free_port(host)
     gateway_url = f"http://{host}:{gport}/v1"
     access_log = os.path.join(os.path.dirname(server_log) or ".", "deploy_access.jsonl")
     argv = [sys.executable, "-m", "qrewrite", "serve", "--config", config_path, "--tenant", name, "--host", host,
@@ -95,7 +96,7 @@ def run_check(cfg: dict, tenant: dict, rows: list[dict], *, config_path: str, re
     passes = {}
     with contextlib.ExitStack() as stack:
         if backend in ("vllm", "swift"):
-            mport = server.free_port(host)
+            mport = free_port(host)
             swift = base_model_swift(cfg)
             margv = server.server_argv(backend, release_folder, host=host, port=mport, name=model, device=device,
                                        model_type=swift["model_type"], template=swift["template"],
@@ -119,12 +120,13 @@ def run_check(cfg: dict, tenant: dict, rows: list[dict], *, config_path: str, re
                                 hint=f"read its log {server_log}")
         for c in levels:
             results, summary = asyncio.run(load.run_level(gateway_url, key, model, tenant, rows, concurrency=c,
-                                                          max_tokens=gen["max_new_tokens"], timeout_s=timeout))
+                                                          max_tokens=gen["max_new_tokens"], timeout_s=timeout,
+                                                          retries_429=10))
             passes[c] = (results, summary)
             log.info("concurrency %d: p50 %.3fs p95 %.3fs, %.3f req/s, %d errors", c,
                      summary["latency_s"]["p50"] or -1, summary["latency_s"]["p95"] or -1,
                      summary["requests_per_s"] or 0, summary["errors"])
-    failed = {c: s["errors"] for c, (_, s) in passes.items() if s["errors"]}
+    failed = {c: s["errors"] + s["refused_429"] for c, (_, s) in passes.items() if s["errors"] or s["refused_429"]}
     if failed:
         first = next(r for c in failed for r in passes[c][0] if r["status"] != "ok")
         raise QrewriteError(f"requests to the gateway failed (errors by concurrency: {failed}; first: "

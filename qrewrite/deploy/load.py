@@ -15,7 +15,7 @@ import asyncio
 import time
 from collections import Counter
 
-from openai import APIError, AsyncOpenAI
+from openai import APIError, AsyncOpenAI, RateLimitError
 
 from ..eval import stats
 from ..prompts import rewrite_messages
@@ -26,16 +26,30 @@ def client(base_url: str, api_key: str, timeout_s: float) -> AsyncOpenAI:
 
 
 async def _one(api: AsyncOpenAI, sem: asyncio.Semaphore, model: str, tenant: dict, row: dict,
-               max_tokens: int) -> dict:
+               max_tokens: int, retries_429: int = 0) -> dict:
+    refusals = 0
     async with sem:
         start = time.perf_counter()
-        try:
-            raw = await api.chat.completions.with_raw_response.create(
-                model=model, messages=rewrite_messages(tenant, row), temperature=0.0, max_tokens=max_tokens)
-            resp = raw.parse()
-        except APIError as exc:
-            return {"query_id": row["query_id"], "status": "error", "reason": f"{type(exc).__name__}: {exc}"[:300],
-                    "rewrite": None, "latency_s": round(time.perf_counter() - start, 6), "completion_tokens": None}
+        while True:
+            try:
+                raw = await api.chat.completions.with_raw_response.create(
+                    model=model, messages=rewrite_messages(tenant, row), temperature=0.0, max_tokens=max_tokens)
+                resp = raw.parse()
+                break
+            except RateLimitError as exc:  # the gateway's admission control: answered at once, never a fallback
+                refusals += 1
+                retry_after = exc.response.headers.get("retry-after")
+                if refusals > retries_429:
+                    return {"query_id": row["query_id"], "status": "refused", "reason": f"429: {exc}"[:300],
+                            "rewrite": None, "latency_s": round(time.perf_counter() - start, 6),
+                            "completion_tokens": None, "retry_after": retry_after, "refusals": refusals}
+                # what a client does with a 429: wait as told, then ask again (counted, and in the latency)
+                await asyncio.sleep(float(retry_after or 1))
+            except APIError as exc:
+                return {"query_id": row["query_id"], "status": "error",
+                        "reason": f"{type(exc).__name__}: {exc}"[:300], "rewrite": None,
+                        "latency_s": round(time.perf_counter() - start, 6), "completion_tokens": None,
+                        "refusals": refusals}
         latency = time.perf_counter() - start
     extra = (resp.model_extra or {}).get("qrewrite") or {}
     return {"query_id": row["query_id"], "status": "ok", "reason": None,
@@ -43,18 +57,20 @@ async def _one(api: AsyncOpenAI, sem: asyncio.Semaphore, model: str, tenant: dic
             "model_rewrite": extra.get("model_rewrite"), "routed_to": extra.get("routed_to"),
             "fallback": extra.get("fallback"), "release": (extra.get("release") or {}).get("id"),
             "release_header": raw.headers.get("x-qrewrite-release"), "request_id": raw.headers.get("x-request-id"),
-            "latency_s": round(latency, 6),
+            "latency_s": round(latency, 6), "refusals": refusals, "finish_reason": resp.choices[0].finish_reason
+            if resp.choices else None,
             "completion_tokens": resp.usage.completion_tokens if resp.usage is not None else None}
 
 
 async def run_level(base_url: str, api_key: str, model: str, tenant: dict, rows: list[dict], *, concurrency: int,
-                    max_tokens: int, timeout_s: float) -> tuple[list[dict], dict]:
-    """(per-row results in row order, summary) for one pass over `rows` with `concurrency` in flight."""
+                    max_tokens: int, timeout_s: float, retries_429: int = 0) -> tuple[list[dict], dict]:
+    """(per-row results in row order, summary) for one pass over `rows` with `concurrency` in flight. A request
+    refused with 429 is asked again after its Retry-After, `retries_429` times at most (0: a refusal is final)."""
     api = client(base_url, api_key, timeout_s)
     sem = asyncio.Semaphore(concurrency)
     try:
         start = time.perf_counter()
-        results = list(await asyncio.gather(*(_one(api, sem, model, tenant, r, max_tokens) for r in rows)))
+        results = list(await asyncio.gather(*(_one(api, sem, model, tenant, r, max_tokens, retries_429) for r in rows)))
         wall = time.perf_counter() - start
     finally:
         await api.close()
@@ -63,7 +79,9 @@ async def run_level(base_url: str, api_key: str, model: str, tenant: dict, rows:
     lat = [r["latency_s"] for r in ok]
     summary = {
         "concurrency": concurrency, "effective_concurrency": min(concurrency, len(rows)), "n": len(rows),
-        "errors": len(results) - len(ok),
+        "errors": sum(1 for r in results if r["status"] == "error"),
+        "refused_429": sum(1 for r in results if r["status"] == "refused"),
+        "answers_429": sum(r.get("refusals", 0) for r in results),
         "latency_s": {"p50": stats.percentile(lat, 50), "p95": stats.percentile(lat, 95),
                       "mean": round(sum(lat) / len(lat), 6) if lat else None, "max": max(lat) if lat else None},
         "wall_s": round(wall, 6),

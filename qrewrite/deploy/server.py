@@ -15,7 +15,6 @@ import logging
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from typing import Iterator
 import httpx
 
 from ..errors import QrewriteError
+from ..procs import stop_process as stop
 from ..hardware import resolve_dtype
 
 log = logging.getLogger(__name__)
@@ -48,12 +48,6 @@ def choose_backend(requested: str) -> tuple[str, str]:
         raise QrewriteError(f"deploy.backend is {requested} but {_MODULE[requested]!r} is not importable in "
                             f"{sys.executable}", hint="install it in this env, or set deploy.backend: auto")
     return requested, f"deploy.backend: {requested}"
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def server_argv(backend: str, model: str, *, host: str, port: int, name: str, device: str,
@@ -123,24 +117,6 @@ def wait_ready(base_url: str, name: str, proc: subprocess.Popen, log_path: Path,
     raise QrewriteError(f"the model server did not list {name!r} on {base_url}/models within {timeout:.0f}s "
                         f"(log {log_path}):\n{_tail(log_path)}",
                         hint="raise deploy.startup_timeout_s on a slow machine, or read the log")
-
-
-def stop(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
-    """SIGTERM the server's process group, SIGKILL what is left after `grace_s`; reap it."""
-    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(proc.pid, sig)  # start_new_session: the group id is the server's pid
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(wait)
-            # the leader is gone; its group may not be (workers): one more SIGKILL to the group
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    proc.wait()
 
 
 @contextlib.contextmanager

@@ -8,7 +8,7 @@ Kinds (config `eval.candidates[].kind`):
 * `teacher`: the data half's teacher rows (results/T/teacher.jsonl): recorded rewrite, latency and cost;
 * `openai`: any OpenAI-compatible API, called now and cached under `eval.cache_dir` like the teacher
   (same prompt), cost from `teacher.prices` (a model missing there costs null: unknown, not 0);
-* `model`: a local HF model folder, greedy decoding (`qrewrite.eval.generate`), cost charged at
+* `model`: a local HF model folder, greedy decoding (`qrewrite.runtime.generate`), cost charged at
   `eval.gpu_hour_usd` per hour of generation time.
 
 A failed call is a row with `status: error`, never the query passed off as a rewrite; `qrewrite eval`
@@ -23,7 +23,9 @@ import asyncio
 from ..errors import QrewriteError
 from ..io_utils import read_jsonl
 from ..paths import artifact_paths
-from .route import client_rows, with_history
+from ..runtime.release_file import load_release
+from ..runtime.route import client_rows
+from ..runtime.rules import rule_text
 
 # Kinds that eval_generate rewrites (in the swift env): a local model, and the release, which is a model or a
 # rule (models/T/release/release.json says which).
@@ -114,7 +116,7 @@ def raw_rewrites(spec: dict, rows: list[dict]) -> list[dict]:
 def query_history_rewrites(spec: dict, rows: list[dict]) -> list[dict]:
     """The baseline a user tries first: the query with the history summary pasted after it, no model."""
     return [{**_base(spec, r), "status": "ok", "reason": None,
-             "rewrite": with_history(r["query"], r), "model": None,
+             "rewrite": rule_text("query_history", r), "model": None,
              "latency_s": 0.0, "compute_s": 0.0, "cost_usd": 0.0, "usage": None} for r in rows]
 
 
@@ -193,7 +195,7 @@ def api_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict]) -> list[
 
 def model_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], model_dir: str,
                    threads: int | None) -> tuple[list[dict], dict]:
-    from .generate import generate_rewrites, generation_kwargs
+    from ..runtime.generate import generate_rewrites, generation_kwargs
 
     gen = {**cfg["eval"]["generation"], **(spec.get("generation") or {})}
     device = gen["device"] or cfg["train"]["device"]
@@ -225,29 +227,51 @@ def generation_key(decoding: dict) -> tuple:
     return tuple(decoding.get(k) for k in DECODING_KEYS)
 
 
-def served_decoding(decoding: dict) -> dict:
-    """A released model's decoding as the gateway serves it: each request generated alone (SERVED_BATCH_SIZE)."""
-    from .generate import SERVED_BATCH_SIZE
-
-    return {**decoding, "batch_size": SERVED_BATCH_SIZE}
-
-
 def release_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], folder: str,
                      threads: int | None) -> list[dict]:
-    """The release's rewrites, as the gateway (`qrewrite serve`) answers them: its rule's, or its model's with the
-    decoding the release chose on validation (models/T/release/release.json), each row generated alone as a served
-    request is (`served_decoding`), then sent as that decoding sends it (qrewrite.eval.route). Each row names
-    what was released (`released`). The deploy check asks the gateway for the same rows and compares text for text."""
-    from ..release.folder import load_release
+    """The release's rewrites, by the runtime the gateway (`qrewrite serve`) answers with
+    (`qrewrite.runtime.release`): its rule's, or its model's through the serving engine, one row at a time (each
+    finds the engine idle and is generated alone, as a request at concurrency 1 is), then sent as the release's
+    decoding sends it. Each row names what was released (`released`) and the engine. The deploy check asks the
+    gateway for the same rows and compares text for text."""
+    from ..runtime.release import load_served
 
     released = load_release(folder)["released"]
     if released["kind"] == "rule":
-        out = RULE_REWRITES[released["rule"]](spec, rows)
-    else:
-        out, info = model_rewrites({**spec, "generation": served_decoding(released["decoding"])}, cfg, tenant, rows,
-                                   folder, threads)
-        out = [{**r, "generation": info} for r in out]
-    return [{**r, "released": released["name"]} for r in out]
+        return [{**r, "released": released["name"]} for r in RULE_REWRITES[released["rule"]](spec, rows)]
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
+    served = load_served(cfg, tenant, folder, check=False, for_eval=True)
+    price = spec.get("gpu_hour_usd", cfg["eval"]["gpu_hour_usd"])
+
+    async def run() -> list[dict]:
+        try:
+            return [await served.answer(r, timeout_s=86400.0, on_backend_error="raise", on_rag_error="raise")
+                    for r in rows]
+        finally:
+            await served.aclose()
+
+    answers = asyncio.run(run())
+    import torch
+
+    info = {"device": served.info.get("device"), "threads": torch.get_num_threads(), "batch_size": 1,
+            "engine": served.info.get("engine"), "dtype": served.info.get("dtype"),
+            "max_new_tokens": served.decoding["max_new_tokens"], "torch": torch.__version__, "gpu_hour_usd": price}
+    out = []
+    for r, a in zip(rows, answers):
+        g = a["generation"]
+        sent = {k: a[k] for k in ("rewrite", "model_rewrite", "routed_to", "route_top1", "fallback")
+                if a.get(k) is not None}
+        out.append({**_base(spec, r), "status": "ok", "reason": None, **sent,
+                    "raw_completion": g["raw_completion"], "finished": g["finished"],
+                    "loop_trimmed": g["loop_trimmed"], "degenerate": g["degenerate"], "model": folder,
+                    "latency_s": g["latency_s"], "compute_s": g["compute_s"],
+                    "cost_usd": round(price * g["compute_s"] / 3600.0, 10),
+                    "usage": {"completion_tokens": g["new_tokens"]}, "generation": info,
+                    "released": released["name"]})
+    return out
 
 
 def deploy_candidate(cfg: dict) -> dict:

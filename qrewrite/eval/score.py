@@ -214,10 +214,10 @@ def evaluate(cfg: dict, tenant: dict, rows: list[dict], rewrites: dict[str, list
 
 def _degenerate(name: str, rws: list[dict], rows: list[dict], per: list[dict], fallback: list[dict] | None,
                 bkw: dict) -> dict:
-    """A model's degenerate rewrites (qrewrite.eval.degenerate), scored as generated in its own figures; beside
+    """A model's degenerate rewrites (qrewrite.runtime.degenerate), scored as generated in its own figures; beside
     them `with_fallback`: its Hit@1 / top1 had each degenerate rewrite been replaced by the stated fallback, the
     query with its history pasted after it (the query_history candidate's row)."""
-    from .degenerate import degeneracy, source_text, summarize
+    from ..runtime.degenerate import degeneracy, source_text, summarize
 
     by_id = {r["query_id"]: r for r in rws}
 
@@ -236,7 +236,7 @@ def _degenerate(name: str, rws: list[dict], rows: list[dict], per: list[dict], f
     routed = [by_id.get(r["query_id"], {}).get("routed_to") for r in rows]  # route_by_retrieval: what each row sent
     if any(routed):
         out["routed_to"] = {p: routed.count(p) for p in dict.fromkeys(p for p in routed if p)}
-    # rows that sent query + history instead of the model's text (qrewrite.eval.route: an empty rewrite), by why
+    # rows that sent query + history instead of the model's text (qrewrite.runtime.route: an empty rewrite), by why
     fell = [by_id.get(r["query_id"], {}).get("fallback") for r in rows]
     out["fallbacks"] = {f: fell.count(f) for f in dict.fromkeys(f for f in fell if f)}
     if out["degenerate"]["n"] and fallback is not None:

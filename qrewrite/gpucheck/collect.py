@@ -27,7 +27,7 @@ KEYS = ("timing_s/gen", "timing_s/reward", "timing_s/old_log_prob", "timing_s/re
         "critic/score/min", "critic/score/max", "critic/vf_loss", "actor/pg_loss", "actor/kl_loss",
         "actor/grad_norm", "critic/grad_norm", "actor/entropy", "response_length/mean",
         "actor/perf/max_memory_allocated_gb", "actor/perf/max_memory_reserved_gb",
-        "critic/perf/max_memory_allocated_gb", "perf/throughput",  # verl 0.9.1's names (H200 logs, 2026-11-27)
+        "critic/perf/max_memory_allocated_gb", "perf/throughput",  # verl 0.9.1's names, as its logs write them
         # the rollout engine's log-probs against the actor's: near 0 once the weight sync reached vLLM
         "training/rollout_probs_diff_max")
 

@@ -5,7 +5,7 @@ folder (~2 GB, 35 calls): here the GGUF becomes models/base with the pipeline's 
 (`training.base_model.convert_gguf`, tied embeddings, as the base_model rule does) and the adapter is merged with
 peft (`merge_and_unload`, what `swift export --merge_lora` does under the hood). `reference` then proves it is the
 same student: the first rows of the test split, rewritten by the eval's own generation
-(`eval.generate.generate_rewrites`, float32), must equal what models/T/sft-merged wrote on the CPU at kit time.
+(`runtime.generate.generate_rewrites`, float32), must equal what models/T/sft-merged wrote on the CPU at kit time.
 
   python -m qrewrite.gpucheck.student build --gguf G --adapter A --out DIR --base-dir B [--tenant-config C]
   python -m qrewrite.gpucheck.student reference --model DIR --tenant-config C --rows R.jsonl --out REF.json
@@ -67,7 +67,7 @@ def tenant_from(config: str | Path) -> tuple[dict, dict]:
 def rewrite(model: str | Path, cfg: dict, tenant: dict, rows: list[dict], *, device: str,
             dtype: str | None = None) -> dict[str, str]:
     """query id -> the eval's plain greedy rewrite (eval.generation's lengths and guards, no lever)."""
-    from ..eval.generate import generate_rewrites, generation_kwargs
+    from ..runtime.generate import generate_rewrites, generation_kwargs
 
     g = cfg["eval"]["generation"]
     # no copy bias: the check compares the student itself, without a decoding lever

@@ -90,7 +90,7 @@ def sample_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, n: int, t
     from tqdm import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ..eval.generate import clean_completion
+    from ..runtime.generate import clean_completion
     from ..prompts import rewrite_messages
 
     if threads:

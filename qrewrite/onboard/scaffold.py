@@ -435,7 +435,7 @@ async def _score_sample(cfg: dict, tenant: dict, rows: list[dict]) -> dict:
     it cannot start) and the sheet's reference rewrites (with columns.rewrite), through the tenant's local BM25;
     the entities resolve reads off the KB titles and the rows it wrote one into."""
     from ..entities import EntityLexicon
-    from ..eval.route import with_history
+    from ..text import with_history
 
     rag = make_local_rag(cfg, tenant)
     try:

@@ -7,7 +7,7 @@ from collections import Counter
 
 from ..entities import EntityLexicon
 from ..errors import QrewriteError
-from ..eval.route import with_history
+from ..text import with_history
 from ..kb import tenant_kb
 from ..metrics import TIE_RULE, summarize_hits
 from .cache import cached_http_rag

@@ -9,21 +9,19 @@ import os
 import shutil
 from pathlib import Path
 
-from ..errors import QrewriteError
-from ..io_utils import atomic_dir, read_json, write_json
+from ..io_utils import atomic_dir, write_json
 from ..lineage.document import LINEAGE_FILE
+from ..runtime.release_file import RELEASE_FILE
 
 log = logging.getLogger(__name__)
 
-RELEASE_FILE = "release.json"
 # what each rule sends to the RAG service in place of a model's rewrite
 RULE_TEXT = {"raw": "the user's query as it is", "query_history": "the user's query with the history summary "
                                                                   "pasted after it"}
 
 
 # Snakemake's marker of when a directory output was finished: a hard link to the model's would be touched when the
-# release's own is, making the model look newer than RL and the release, and the next run retrain RL (seen
-# 2026-12-04: `make durdev` twice reran rl)
+# release's own is, making the model look newer than RL and the release, and the next run retrain RL
 WORKFLOW_MARKERS = (".snakemake_timestamp",)
 
 
@@ -50,16 +48,3 @@ def write_release(out: str, doc: dict, model_dir: str | None) -> None:
         if model_dir is not None:
             doc = {**doc, "released": {**doc["released"], "files": _link_model(Path(model_dir), tmp)}}
         write_json(tmp / RELEASE_FILE, doc)
-
-
-def load_release(folder: str) -> dict:
-    """release.json of a release folder; an error that says how to make it."""
-    path = Path(folder) / RELEASE_FILE
-    if not path.is_file():
-        raise QrewriteError(f"no {RELEASE_FILE} in the release folder", file=str(folder),
-                            hint="the release stage writes it: snakemake models (or qrewrite release)")
-    doc = read_json(path)
-    if doc.get("released", {}).get("kind") not in ("model", "rule"):
-        raise QrewriteError(f"{RELEASE_FILE} names no released model or rule", file=str(path),
-                            hint="rerun the release stage")
-    return doc

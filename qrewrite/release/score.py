@@ -14,7 +14,7 @@ from ..eval import reuse, stats
 from ..eval.candidates import RULE_REWRITES as RULES
 from ..eval.candidates import STUDENTS, generation_key, model_rewrites
 from ..eval.hits import hit_at_1
-from ..eval.route import client_rows
+from ..runtime.route import client_rows
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def rewrites(cand: dict, cfg: dict, tenant: dict, rows: list[dict], model_dir: s
              reused: set | None = None) -> dict[str, str]:
     """query id → the candidate's rewrite of each row: a rule's, or the eval's model generation (no latency
     timing: nothing here reports latency). `generated` remembers each model's own texts by its decoding, so a
-    lever that only chooses what is sent after them (append_history, route_by_retrieval: qrewrite.eval.route)
+    lever that only chooses what is sent after them (append_history, route_by_retrieval: qrewrite.runtime.route)
     generates nothing again; `reuse_from` is the rl stage's record of the same generation (qrewrite.eval.reuse),
     taken when it is exactly this one (its memo key then added to `reused`)."""
     spec = {"name": cand["name"], "kind": cand["kind"]}

@@ -17,7 +17,7 @@ from pathlib import Path
 from ..errors import QrewriteError
 from ..io_utils import read_json, read_jsonl, write_text_atomic
 from ..paths import eval_paths, tenant_paths
-from ..release.folder import RELEASE_FILE
+from ..runtime.release_file import RELEASE_FILE
 from . import svg
 from .tensorboard import read_scalars
 

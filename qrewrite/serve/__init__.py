@@ -6,7 +6,7 @@ eval scored.
   naming the field;
 * `backends`: the released model in process (transformers) or behind an OpenAI-compatible server (vLLM, swift);
 * `release`: one tenant's release loaded (release.json, its lineage hash, backend, RAG) and how it answers a row
-  (qrewrite.eval.route applies the client step, as in the release stage and the eval);
+  (qrewrite.runtime.route applies the client step, as in the release stage and the eval);
 * `registry`: every served tenant's release, swapped in when its folder changes or on SIGHUP;
 * `app`: the FastAPI application, the access log;
 * `plan`: the production command lines (vLLM with one LoRA adapter per tenant on a shared base, the gateway,

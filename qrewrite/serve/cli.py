@@ -21,7 +21,7 @@ def served_tenants(cfg: dict, names: list[str] | None) -> list[dict]:
 
 def _needs_model_env(cfg: dict, folders: dict[str, str]) -> bool:
     """A released model served in process needs transformers (the swift env); a rule or a remote backend not."""
-    from ..release.folder import load_release
+    from ..runtime.release_file import load_release
 
     if cfg["serve"]["backend"] != "inprocess":
         return False
@@ -42,6 +42,8 @@ def apply_overrides(cfg: dict, args) -> dict:
         s["openai"]["base_urls"][tenant] = url
     if getattr(args, "openai_api_key_env", None):
         s["openai"]["api_key_env"] = args.openai_api_key_env
+    if getattr(args, "openai_runtime_lora", False):
+        s["openai"]["runtime_lora"] = True
     if getattr(args, "access_log", None) is not None:
         s["access_log"] = args.access_log
     return cfg
@@ -66,13 +68,14 @@ def build(cfg: dict, tenants: list[dict], folders: dict[str, str]):
     from .app import AccessLog, create_app
     from .keys import Keys
     from .registry import Registry
-    from .release import load_served
+    from ..runtime.release import load_served
 
     scfg = cfg["serve"]
     keys = Keys(scfg["api_key_env"], [t["name"] for t in tenants])
     by_name = {t["name"]: t for t in tenants}
     registry = Registry(by_name, folders, lambda n: load_served(cfg, by_name[n], folders[n]),
-                        poll_s=scfg["reload_poll_s"], grace_s=scfg["timeout_s"] + 10)
+                        poll_s=scfg["reload_poll_s"], grace_s=max(scfg["drain_s"], scfg["timeout_s"]),
+                        warm_up_s=max(scfg["timeout_s"], 120.0))
     registry.load_all()
     return create_app(cfg, registry, keys, AccessLog(scfg["access_log"])), registry
 
@@ -107,7 +110,7 @@ def cmd_serve(args) -> None:
               f"{s['model_name'].format(tenant=t['name'])}, key from ${key_env(s['api_key_env'], t['name'])}",
               file=sys.stderr)
     uvicorn.run(app, host=s["host"], port=s["port"], log_level="warning", access_log=False,
-                timeout_graceful_shutdown=int(s["timeout_s"]) + 5)
+                timeout_graceful_shutdown=max(1, int(s["drain_s"])))
 
 
 def cmd_serve_plan(args) -> None:
@@ -140,6 +143,8 @@ def register(sub) -> None:
     p.add_argument("--openai-base-url-for", action="append", metavar="TENANT=URL",
                    help="one tenant's model server (serve.openai.base_urls; repeat)")
     p.add_argument("--openai-api-key-env", help="env var with the model server's key (serve.openai.api_key_env)")
+    p.add_argument("--openai-runtime-lora", action="store_true", help="load each SFT release's LoRA adapter into "
+                   "the model server when it goes live (serve.openai.runtime_lora)")
     p.add_argument("--access-log", help="default serve.access_log ('' for none)")
     p.set_defaults(func=cmd_serve)
 

@@ -3,7 +3,10 @@ command lines that start them and the gateway, on a GPU node under Slurm with Ap
 
 One base, an adapter per tenant (vLLM's multi-LoRA serving): every release that is its SFT student is that tenant's
 LoRA adapter (models/T/sft, the sft stage's best checkpoint) on the same base model, so one vLLM server holds the
-base once and each tenant's adapter by name (`--lora-modules <tenant>-rewriter=models/T/sft`). A release that is
+base once and each tenant's adapter by name. The gateway loads each release's adapter into it when the release goes
+live (`--openai-runtime-lora`, vLLM's runtime LoRA loading), under a name carrying the release id, and a hot swap
+loads the new adapter beside the old (`--max-loras` is twice the tenants): an answer's release id names the weights
+that made it. Servers that share the job's GPU split deploy.production.gpu_memory_utilization between them. A release that is
 its RL student is a merged model (RL trains LoRA on the merged SFT model, so it is no adapter of the base): it gets
 a vLLM server of its own. A rule release needs no server: the gateway answers it.
 
@@ -21,7 +24,7 @@ from pathlib import Path
 from ..errors import QrewriteError
 from ..io_utils import write_json, write_text_atomic
 from ..paths import BASE_MODEL, artifact_paths
-from ..release.folder import load_release
+from ..runtime.release_file import load_release
 from .keys import key_env
 
 
@@ -57,15 +60,18 @@ def plan(cfg: dict, tenants: list[dict]) -> dict:
                                  next((k for k in ("route_by_retrieval", "append_history")
                                        if (released.get("decoding") or {}).get(k)), None)}
     servers = []
+    # every server shares the job's one GPU: each gets its share of deploy.production.gpu_memory_utilization
+    n_servers = (1 if lora else 0) + len(merged)
+    share = int(prod["gpu_memory_utilization"] / max(1, n_servers) * 100) / 100
     common = ["--host", prod["host"], "--dtype", "bfloat16", "--max-model-len", str(prod["max_model_len"]),
-              "--gpu-memory-utilization", str(prod["gpu_memory_utilization"])]
+              "--gpu-memory-utilization", str(share)]
     if lora:
         bases = {a["base"] for a in lora}
         if len(bases) > 1:
             raise QrewriteError(f"the SFT adapters name different bases ({sorted(map(str, bases))}): one vLLM base "
                                 "cannot hold them", hint="train every tenant on one base_model, or serve them apart")
         argv = ["vllm", "serve", BASE_MODEL, "--port", str(port), "--served-model-name", "qrewrite-base",
-                "--enable-lora", "--max-loras", str(len(lora)), "--max-lora-rank", str(max(a["rank"] for a in lora)),
+                "--enable-lora", "--max-loras", str(2 * len(lora)), "--max-lora-rank", str(max(a["rank"] for a in lora)),
                 "--lora-modules", *[f"{a['name']}={a['path']}" for a in lora], *common]
         servers.append({"kind": "multi-lora", "base": BASE_MODEL, "port": port,
                         "tenants": [a["tenant"] for a in lora], "adapters": lora, "argv": argv})
@@ -78,6 +84,7 @@ def plan(cfg: dict, tenants: list[dict]) -> dict:
     for t, url in base_urls.items():
         per_tenant[t]["served_by"] = url
     return {"tenants": per_tenant, "vllm": servers, "rule_tenants": rules, "base_urls": base_urls,
+            "gpu_memory_utilization_each": share if servers else None,
             "key_env": {t["name"]: key_env(cfg["serve"]["api_key_env"], t["name"]) for t in tenants},
             "backend_key_env": prod["api_key_env"]}
 
@@ -96,7 +103,9 @@ def _script(cfg: dict, p: dict, tenants: list[dict], config_path: str) -> str:
              "MODEL_HOST=127.0.0.1", "pids=()"]
     for s in p["vllm"]:
         cmd = shlex.join(s["argv"])
-        lines.append(f'VLLM_API_KEY="${key}" apptainer exec --nv --bind "$BIND" --pwd "$PWD" '
+        # runtime LoRA updating: the gateway loads each release's adapter when it goes live (serve.openai.runtime_lora)
+        lora_env = "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True " if s["kind"] == "multi-lora" else ""
+        lines.append(f'{lora_env}VLLM_API_KEY="${key}" apptainer exec --nv --bind "$BIND" --pwd "$PWD" '
                      f"{shlex.quote(images['verl'])} {cmd} &")
         lines.append("pids+=($!)")
     lines.append("for port in " + " ".join(str(s["port"]) for s in p["vllm"]) + "; do  # each server lists its models")
@@ -118,6 +127,8 @@ def gateway_argv(cfg: dict, p: dict, tenants: list[dict], config_path: str, host
         argv += ["--tenant", t["name"]]
     if p["vllm"]:
         argv += ["--backend", "openai", "--openai-api-key-env", p["backend_key_env"]]
+        if any(s["kind"] == "multi-lora" for s in p["vllm"]):
+            argv += ["--openai-runtime-lora"]
         for t, url in p["base_urls"].items():
             argv += ["--openai-base-url-for", f"{t}={url.replace('{MODEL_HOST}', host)}"]
     return argv

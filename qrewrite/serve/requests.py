@@ -21,9 +21,17 @@ from ..prompts import has_control_tokens, parse_user_message
 class BadRequest(Exception):
     """A request the gateway refuses with 400: `param` is the field (OpenAI's error shape names it too)."""
 
+    status, code = 400, None
+
     def __init__(self, param: str, message: str):
         super().__init__(f"{param}: {message}")
         self.param, self.message = param, message
+
+
+class ModelNotFound(BadRequest):
+    """A `model` that names no tenant: OpenAI's 404 model_not_found."""
+
+    status, code = 404, "model_not_found"
 
 
 def parse_body(raw: bytes, max_bytes: int) -> dict:
@@ -35,6 +43,10 @@ def parse_body(raw: bytes, max_bytes: int) -> dict:
         raise BadRequest("body", f"not a JSON document ({str(exc)[:120]})") from None
     if not isinstance(body, dict):
         raise BadRequest("body", "must be a JSON object")
+    try:  # a JSON escape can decode to a lone surrogate ("\ud800"): text no tokenizer or log can encode
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequest("body", "holds text that is not valid Unicode (a lone surrogate such as \\ud800)") from None
     return body
 
 
@@ -107,7 +119,7 @@ def chat_request(body: dict, max_chars: int, model_pattern: str, language_of) ->
             raise BadRequest("tenant", f"names another tenant than model {model!r}")
         tenant = body["tenant"]
     if tenant is None:
-        raise BadRequest("model", f"{model!r} names no tenant: use {model_pattern.replace('{tenant}', '<tenant>')}")
+        raise ModelNotFound("model", f"{model!r} names no tenant: use {model_pattern.replace('{tenant}', '<tenant>')}")
     if body.get("stream"):
         raise BadRequest("stream", "streaming is not offered: a rewrite is one short text")
     if body.get("n") not in (None, 1):

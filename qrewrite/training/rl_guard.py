@@ -6,7 +6,7 @@ documents, tie-aware Hit@1 through the tenant's RAG. The paired difference RL âˆ
 (``eval.stats.paired``) says whether RL is worse beyond noise: the interval's upper end below 0 on Hit@1 (on the
 reward where no prompt has gold). The model is kept either way; the verdict goes to the console, stats_rl and the
 report. What the tenant gets is not decided here: the release stage chooses among query + history, SFT and RL on
-validation (qrewrite.release). Both models' degenerate rewrites (qrewrite.eval.degenerate) are counted.
+validation (qrewrite.release). Both models' degenerate rewrites (qrewrite.runtime.degenerate) are counted.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import logging
 
 from ..eval import reuse, stats
 from ..eval.candidates import generation_key
-from ..eval.generate import generate_rewrites, generation_kwargs
+from ..runtime.generate import generate_rewrites, generation_kwargs
 from ..io_utils import read_jsonl
 from ..metrics import gold_ranking
 from ..reward.adapter import sample_from_ground_truth
@@ -75,7 +75,7 @@ def compare_with_parent(cfg: dict, tenant: dict, *, parent: str, child: str, val
     worse = diff["ci_high"] is not None and diff["ci_high"] < 0
     changed = [{"query": r["query"], "sft": a, "rl": b} for r, a, b in zip(rows, rewrites["sft"], rewrites["rl"])
                if a != b]
-    from ..eval.degenerate import summarize
+    from ..runtime.degenerate import summarize
 
     out = {"n": len(rows), "basis": basis, "worse_beyond_noise": worse, "reward": reward, "hit_at_1": hit,
            "degenerate": {name: summarize(degenerate[name], [r["query_id"] for r in rows], rewrites[name])

@@ -22,7 +22,7 @@ def sample_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, k: int, t
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ..eval.generate import clean_completion
+    from ..runtime.generate import clean_completion
 
     if threads:
         torch.set_num_threads(int(threads))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from ..eval.route import with_history
+from ..text import with_history
 from ..metrics import gold_ranking
 from ..text import tokenize
 

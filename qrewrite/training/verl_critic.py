@@ -3,7 +3,7 @@
 verl 0.9.1's ``verl.utils.model.load_valuehead_model`` hard-codes ``attn_implementation="flash_attention_2"``,
 in its ``AutoModelForTokenClassification`` path and again in trl's value-head fallback, so
 ``critic.model.override_config.attn_implementation`` never reaches it: a worker without the flash-attn package
-(no wheel on PyPI) cannot build a critic at all (H200 run, 2026-11-26: "FlashAttention2 has been toggled on, but
+(no wheel on PyPI) cannot build a critic at all ("FlashAttention2 has been toggled on, but
 ... the package for FlashAttention2 doesn't seem to be installed").
 
 verl imports the modules named in ``VERL_USE_EXTERNAL_MODULES`` whenever a process imports verl

@@ -37,9 +37,9 @@ Key findings for verl 0.9.1 (keys moved between versions):
 * FSDP2 (``strategy: fsdp2``) for the actor, reference and critic: with verl 0.9.1's default FSDP1, a LoRA
   actor cannot hand its adapter to vLLM. verl's LoRA wrap policy makes every LoRA ``Linear`` its own FSDP1 unit;
   ``collect_lora_params`` then returns nothing with ``layered_summon`` off (the units' state-dict names never
-  pass peft's filter: vLLM's ``add_lora`` fails with StopIteration, H200 run 2026-11-26), and with it on its
+  pass peft's filter: vLLM's ``add_lora`` fails with StopIteration), and with it on its
   empty result falls back to ``summon_full_params(offload_to_cpu=True)``, which FSDP1 refuses unsharded (one
-  GPU: "offload_to_cpu=True and NO_SHARD is not supported yet", H200 run). Under FSDP2 the same function returns
+  GPU: "offload_to_cpu=True and NO_SHARD is not supported yet"). Under FSDP2 the same function returns
   every LoRA tensor under peft's names, layered or not (tests/test_verl.py runs verl's own function on CPU).
   ``layered_summon`` stays off: under FSDP2 its per-unit pass comes back empty and falls back to the full one.
 * Attention: verl's default is flash_attention_2 (HFModelConfig), and flash-attn has no PyPI wheel. ``attention``

@@ -169,8 +169,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           params=("rl", "reward", "rag", "eval.generation", "eval.bootstrap", "tenant.judge_rubric", "tenant.language", "tenant.system_prompt",
                   "tenant.kb", "tenant.tenant_id"),
           # RL heads the longest path left after SFT (RL, then its eval generation): ahead of the SFT model's
-          # eval generation, which can wait. Left to the scheduler, both tenants' RL ran last: make run took
-          # 30.6 min instead of 27.8 (fresh clone, 2 idle cores, 2026-11-27).
+          # eval generation, which can wait. Left to the scheduler, both tenants' RL ran last, and make run took
+          # longer (docs/notes/2026-11-27-make-run-timing.md).
           env="rl", threads=True, mem_mb=32000, runtime=720, launcher="ray", half="models", priority=10, student=True),
     # the release sees the validation split only (no test, no eval output): tests/test_release.py holds it to that
     Stage("release", "What the tenant gets, chosen on the validation split: query + history (a rule), SFT or RL, "
@@ -184,7 +184,7 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("eval_generate", "A local model candidate's rewrites (greedy, the SFT prompt) with per-query latency "
           "and GPU-hour cost.", "eval", per="candidate", candidates="model",
           args=(i("test", "eval_split"), i("queries"), i("model", "candidate_model"), o("out", "rewrites")),
-          # the KB and rag: a route_by_retrieval decoding (qrewrite.eval.route) retrieves to choose what is sent
+          # the KB and rag: a route_by_retrieval decoding (qrewrite.runtime.route) retrieves to choose what is sent
           reads=("gold_set", "red_team", "kb"),
           params=("candidate", "eval.generation", "eval.max_rows", "eval.gpu_hour_usd", "rag", "tenant"),
           env="swift", threads=True, mem_mb=16000, runtime=120, half="eval"),

@@ -100,7 +100,7 @@ def weights_dtype(dtype: str | None, device: str):
 
 def finish_completion(raw: str | None, row: dict, *, finished: bool | None, trim_loops: bool) -> dict:
     """{rewrite, loop_trimmed, degenerate} of one completion: cleaned as RL scored it (`clean_completion`), a loop
-    cut where it began (`trim_loops`; then judged as finished), and why it is not a rewrite (qrewrite.eval.degenerate),
+    cut where it began (`trim_loops`; then judged as finished), and why it is not a rewrite (qrewrite.runtime.degenerate),
     else None. In-process generation and the gateway's remote backends finish a completion with this one function."""
     from .degenerate import degeneracy, source_text, trim_loop
 
@@ -255,11 +255,11 @@ def generate_rewrites(model_dir: str, tenant: dict, rows: list[dict], *, batch_s
                       copy_bias: float | None = None, trim_loops: bool = False,
                       dtype: str | None = None, prefix_cache: bool = True) -> tuple[list[dict], dict]:
     """([{query_id, rewrite, raw_completion, latency_s, compute_s, new_tokens, finished, degenerate}], info) for
-    `rows`. `degenerate`: why the rewrite is not one (qrewrite.eval.degenerate), else None; the rewrite is kept as
+    `rows`. `degenerate`: why the rewrite is not one (qrewrite.runtime.degenerate), else None; the rewrite is kept as
     generated. repetition_penalty / no_repeat_ngram_size: transformers' decoding guards against loops (None: off).
     copy_bias: added to the logit of every token of the row's own question, profile and history (``CopyBias``): a
     rewrite mostly copies its input, and a small model otherwise writes in a name it half remembers.
-    trim_loops: a rewrite that loops ends where the loop began (qrewrite.eval.degenerate.trim_loop; `loop_trimmed`
+    trim_loops: a rewrite that loops ends where the loop began (qrewrite.runtime.degenerate.trim_loop; `loop_trimmed`
     says so, `raw_completion` keeps what the model wrote). dtype: `weights_dtype`; "float32" on cuda reproduces a
     float32 CPU's numbers more closely (the GPU learning run's agreement check). prefix_cache: batches
     reuse the keys and values of the tokens every prompt starts with (module docstring). batch_size 1: each row

@@ -22,15 +22,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from ..text import with_history
 from .degenerate import units
 
 log = logging.getLogger(__name__)
-
-
-def with_history(text: str, row: dict) -> str:
-    """`text` with the row's history summary pasted after it: query_history's rule, and a model's rewrite under
-    the decoding lever append_history (release.decoding, an eval candidate's generation)."""
-    return f"{text} {row.get('history') or ''}".strip()
 
 
 # the texts a row is routed among, cheapest first: equal top scores keep the earlier
@@ -45,7 +40,7 @@ def fallback_text(row: dict) -> str:
 
 
 def is_empty(text: str | None) -> bool:
-    """Nothing a retriever could match: no CJK character, Latin word or number (qrewrite.eval.degenerate.units)."""
+    """Nothing a retriever could match: no CJK character, Latin word or number (qrewrite.runtime.degenerate.units)."""
     return not units(text or "")
 
 
