@@ -231,7 +231,36 @@ def serve_tenants(args: str) -> str:
     return "\n".join([*out, "", "Sources: " + source("serve_tenants", doc) + "."]).rstrip() + "\n"
 
 
+def serve_summary(args: str) -> str:
+    """One paragraph: what one CPU box serves at the shipped defaults (serve_engine.json, serve_tenants.json)."""
+    doc = load("serve_engine")
+    if doc is None:
+        return "\n"
+    m, eng = doc["machine"], doc["gateways"]["engine"]["levels"]
+    one, hi = eng["1"]["model"], eng.get("16", eng[max(eng, key=int)])
+    c = "16" if "16" in eng else max(eng, key=int)
+    model, rule = hi["model"], hi["rule"]
+    cores = f"{m.get('cpu_count')}-core {m.get('cpu_model', '?')}{' with bf16 units' if m.get('bf16_units') else ''}"
+    text = (f"One {cores} box, the gateway at its defaults: a model tenant ({doc['tenants']['model']}'s "
+            f"{doc['model_release']}) is answered at {one['requests_per_s']:.2f} requests/s one at a time (p50 "
+            f"{one['latency_s']['p50']:.2f} s) and {model['requests_per_s']:.2f} requests/s at concurrency {c} (p95 "
+            f"{model['latency_s']['p95']:.2f} s, {sum(model['fallbacks'].values())} fallbacks, {model['refused_429']} "
+            f"429s); a rule tenant at {rule['requests_per_s']:.0f} requests/s (p95 {1000 * rule['latency_s']['p95']:.0f} "
+            f"ms).")
+    ratio = doc.get("ratios", {}).get(f"model_c{c}_engine_over_baseline")
+    if ratio:
+        text += f" The gateway before the serving engine served {ratio:.1f}x fewer at concurrency {c}."
+    ten = load("serve_tenants")
+    sources = [source("serve_engine", doc)]
+    if ten and ten.get("rss_mb_per_extra_tenant") is not None:
+        text += (f" Each model tenant holds its model in memory: {ten['rss_mb_per_extra_tenant']:.0f} MB more per "
+                 f"tenant ({max(ten['by_tenants'], key=int)} tenants measured).")
+        sources.append(source("serve_tenants", ten))
+    return text + "\n\nSources: " + "; ".join(sources) + ".\n"
+
+
 RENDERERS = {"tenants": tenants, "restated": restated, "timings": timings, "serving": serving,
+             "serve_summary": serve_summary,
              "serve_engine": serve_engine, "serve_tenants": serve_tenants}
 
 

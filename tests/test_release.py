@@ -322,6 +322,9 @@ def test_the_eval_generates_with_the_released_model_and_its_decoding_as_served(r
     assert all(r["generation"]["max_new_tokens"] == sft_vs_rl["released"]["decoding"]["max_new_tokens"] for r in rows)
     assert {r["generation"]["batch_size"] for r in rows} == {1} and all(r["latency_s"] > 0 for r in rows)
     assert not any("reused_from" in r for r in rows)
+    # the release and its rows name the engine that serves it (qrewrite.runtime), the one that generated them
+    assert sft_vs_rl["released"]["engine"] == "transformers-batched"
+    assert {r["generation"]["engine"] for r in rows} == {"transformers-batched"}
 
 
 def release_eval_rows(project: Project, folder: str) -> tuple[list[dict], dict]:

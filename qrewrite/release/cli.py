@@ -60,7 +60,11 @@ def cmd_release(args) -> None:
     released = {"name": won["name"], "source": won["source"],
                 "kind": "rule" if won["kind"] != "model" else "model"}
     if released["kind"] == "model":
-        released |= {"artifact": won["artifact"], "model_dir": models[won["artifact"]], "decoding": won["decoding"]}
+        from ..runtime.backends import ENGINE_NAME
+
+        # the engine that serves it in process and generates the eval's release rows (qrewrite.runtime.engine)
+        released |= {"artifact": won["artifact"], "model_dir": models[won["artifact"]], "decoding": won["decoding"],
+                     "engine": ENGINE_NAME}
     else:
         released |= {"rule": won["kind"], "sends": RULE_TEXT[won["kind"]]}
     doc = {"tenant": tenant["name"], "split": "val", "split_path": args.val, "n_val_rows": len(rows),
