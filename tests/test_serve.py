@@ -141,6 +141,32 @@ def test_a_routed_release_answers_the_texts_the_eval_scored(gateway):
 
 
 @pytest.mark.slow
+def test_requests_batched_together_answer_the_texts_each_gets_alone(gateway):
+    """fivedoctors' rows sent at once are generated in batches (the access log's batch_size), and each answer is the
+    eval's release row of its query, which was generated alone: the tenant's prompt start is computed once and shared,
+    so a batched request is the computation it is alone. A 429 is asked again after its Retry-After."""
+    auth = {"Authorization": f"Bearer {KEYS['fivedoctors']}"}
+
+    async def ask_all():
+        async with httpx.AsyncClient(timeout=120) as c:
+            async def one(row):
+                while True:
+                    r = await c.post(gateway["url"] + "/v1/rewrite", headers=auth,
+                                     json={k: row[k] for k in ("query", "profile", "history")})
+                    if r.status_code != 429:
+                        return row, r
+                    await asyncio.sleep(float(r.headers["retry-after"]))
+            return await asyncio.gather(*(one(r) for r in gateway["rows"] * 2))
+
+    for row, r in asyncio.run(ask_all()):
+        assert r.status_code == 200, r.text
+        assert r.json()["model_rewrite"] == gateway["evaluated"][row["query_id"]]["model_rewrite"]
+    logged = [json.loads(line) for line in (gateway["project"].root / "logs/serve/access.jsonl").read_text(
+        encoding="utf-8").splitlines() if line.strip()]
+    assert max(ln.get("batch_size") or 0 for ln in logged if ln.get("tenant") == "fivedoctors") > 1
+
+
+@pytest.mark.slow
 def test_an_appended_release_and_a_rule_release(gateway):
     for row in rows_of("chengla", 2):
         r = httpx.post(gateway["url"] + "/v1/rewrite", headers={"Authorization": f"Bearer {KEYS['chengla']}"},
@@ -199,6 +225,7 @@ def test_keys_and_bad_requests(gateway):
     logged = (gateway["project"].root / "logs/serve/access.jsonl").read_text(encoding="utf-8") \
         + gateway["log"].read_text(encoding="utf-8")
     assert not any(k in logged for k in KEYS.values())
+    assert not any(r["query"] in logged or r["history"] in logged for r in gateway["rows"])  # no user text either
     lines = [json.loads(line) for line in logged.split("\n") if line.startswith("{")]
     assert {ln["status"] for ln in lines} >= {200, 400, 401, 403}
     assert all(ln["release"].startswith("fivedoctors/") for ln in lines

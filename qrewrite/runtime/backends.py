@@ -56,6 +56,10 @@ class InProcessBackend:
             no_repeat_ngram_size=decoding.get("no_repeat_ngram_size"), copy_bias=decoding.get("copy_bias"),
             trim_loops=bool(decoding.get("trim_loops")), dtype=decoding.get("dtype"),
             prefix_cache=decoding.get("prefix_cache", True))
+        if decoding.get("prefix_cache", True):
+            # the tenant's prompt start computed once, for a request alone and in a batch alike: the same
+            # computation either way, so a batch answers the texts the same requests get alone
+            self.rewriter.fix_prefix()
         self.engine = BatchingEngine(self._batch, name=tenant["name"], max_batch=max_batch, max_queued=max_queued)
         self.describe = {"backend": self.kind, "engine": ENGINE_NAME, "device": device,
                          "dtype": str(self.rewriter.model.dtype), "max_batch": self.engine.max_batch}

@@ -13,8 +13,9 @@ dropped from the queue (`concurrent.futures.Future.cancel`); one already generat
 pass cannot be stopped half-way). `close(drain_s)` refuses new requests, lets the queue finish for at most
 `drain_s`, then fails what is left.
 
-Batched greedy decoding is the same computation as decoding alone up to floating-point order: a padded batch can
-change a rare greedy token (docs/deploy.md measures how often). `max_batch: 1` serves every request alone.
+A request in a batch is the computation it is alone: the model's tenant prompt start is computed once and shared
+(`LocalRewriter.fix_prefix`), and a row's padding is masked; the deploy check compares the texts at every
+concurrency level. `max_batch: 1` serves every request alone.
 """
 
 from __future__ import annotations

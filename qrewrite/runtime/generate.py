@@ -152,6 +152,25 @@ class LocalRewriter:
         self.model_dir, self.max_new_tokens, self.copy_bias = model_dir, max_new_tokens, copy_bias
         self.trim_loops, self.prefix_cache = trim_loops, prefix_cache
         self.warm = False
+        self.fixed = None  # (prefix token ids, their cache): `fix_prefix`
+
+    def fix_prefix(self) -> int:
+        """Compute once the keys and values of the tokens every prompt of this tenant starts with (the chat
+        template's system turn and the user turn's start), and use them for every later `rewrite`, one row or a
+        batch: a request is then the same computation alone or batched ([prefix, padding, own tokens], the padding
+        masked), so a served batch gives the texts the same requests get alone. The serving engine calls it.
+        Returns the prefix's length in tokens (0: none found)."""
+        import torch
+
+        probes = [{"query": q, "profile": None, "history": None} for q in ("甲", "乙 b")] + \
+                 [{"query": "x", "profile": "p", "history": "h"}]
+        ids = [self.tok(self.prompt(r), add_special_tokens=False).input_ids for r in probes]
+        n = shared_prefix_len(ids)
+        if n:
+            with torch.inference_mode():
+                cache = self.model(torch.tensor([ids[0][:n]], device=self.device), use_cache=True).past_key_values
+            self.fixed = (ids[0][:n], cache)
+        return n
 
     def prompt(self, row: dict) -> str:
         return self.tok.apply_chat_template(rewrite_messages(self.tenant, row), add_generation_prompt=True,
@@ -211,7 +230,10 @@ class LocalRewriter:
         order = sorted(range(len(rows)), key=lambda i: len(token_ids[i]))
         prefix_len = shared_prefix_len(token_ids) if self.prefix_cache and batch_size > 1 else 0
         prefix, cache = [], None
-        if prefix_len:
+        fixed = self.fixed
+        if fixed is not None and all(len(t) > len(fixed[0]) and t[:len(fixed[0])] == fixed[0] for t in token_ids):
+            prefix_len, prefix, cache = len(fixed[0]), fixed[0], fixed[1]  # the tenant's, for one row or many
+        elif prefix_len:
             prefix = token_ids[0][:prefix_len]
             with torch.inference_mode():
                 cache = self.model(torch.tensor([prefix], device=self.device), use_cache=True).past_key_values
