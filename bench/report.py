@@ -108,8 +108,9 @@ def stage_rows() -> list[str]:
 
 def render() -> str:
     # the CPU benches' machines (a device record such as gpu_verl.json names its GPU instead: docs/gpu-check.md)
+    # (a deploy check's deploy.json names its host and threads only)
     facts = [m for p in sorted(RESULTS.glob("*.json"))
-             if isinstance(m := json.loads(p.read_text()).get("machine"), dict)]  # a few older files say it in words
+             if isinstance(m := json.loads(p.read_text()).get("machine"), dict) and "cpu_model" in m]
     machines = {f"{m['cpu_model']} x{m['cpu_count']}, Python {m['python']}" for m in facts}
     parts = [f"Machine: {', '.join(sorted(machines)) or 'n/a'} (shared with other jobs while measured: compare the "
              "ratios, which are taken within one run, more than the absolute times).", "", *summary_rows()]
