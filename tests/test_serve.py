@@ -69,7 +69,8 @@ def gateway(tmp_path_factory, smollm2_base):
     for t in cfg["tenants"]:
         t.update(judge_labels=None, gold_set=None, red_team=None)
     cfg["base_model"] = dict(TINY_BASE)
-    cfg["eval"]["generation"].update({"max_new_tokens": 8})
+    # float32: the tiny model's logits are near ties, and bfloat16 rounding of a padded batch could flip one
+    cfg["eval"]["generation"].update({"max_new_tokens": 8, "dtype": "float32"})
     rag_port = free_port()
     cfg["rag"] = {**cfg["rag"], "provider": "http", "http": {"base_url": f"http://127.0.0.1:{rag_port}"}}
     # swaps come on SIGHUP here: no race with the poll; a small engine, so that a burst passes its capacity
