@@ -13,9 +13,10 @@ dropped from the queue (`concurrent.futures.Future.cancel`); one already generat
 pass cannot be stopped half-way). `close(drain_s)` refuses new requests, lets the queue finish for at most
 `drain_s`, then fails what is left.
 
-A request in a batch is the computation it is alone: the model's tenant prompt start is computed once and shared
-(`LocalRewriter.fix_prefix`), and a row's padding is masked; the deploy check compares the texts at every
-concurrency level. `max_batch: 1` serves every request alone.
+A request in a batch is the computation it is alone up to masked padding and the batch's shape: the tenant's prompt
+start is computed once and shared (`LocalRewriter.fix_prefix`). That is no guarantee of the same greedy token at a
+near tie, so the deploy check compares the texts at every concurrency level. `max_batch: 1` serves every request
+alone.
 """
 
 from __future__ import annotations
