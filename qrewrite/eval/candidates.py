@@ -239,9 +239,9 @@ def release_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], fold
     released = load_release(folder)["released"]
     if released["kind"] == "rule":
         return [{**r, "released": released["name"]} for r in RULE_REWRITES[released["rule"]](spec, rows)]
-    if threads:
-        import torch
+    import torch
 
+    if threads:
         torch.set_num_threads(int(threads))
     served = load_served(cfg, tenant, folder, check=False, for_eval=True)
     price = spec.get("gpu_hour_usd", cfg["eval"]["gpu_hour_usd"])
@@ -254,8 +254,6 @@ def release_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], fold
             await served.aclose()
 
     answers = asyncio.run(run())
-    import torch
-
     info = {"device": served.info.get("device"), "threads": torch.get_num_threads(), "batch_size": 1,
             "engine": served.info.get("engine"), "dtype": served.info.get("dtype"),
             "max_new_tokens": served.decoding["max_new_tokens"], "torch": torch.__version__, "gpu_hour_usd": price}

@@ -39,6 +39,11 @@ def model_files(model_dir: Path) -> dict[str, str]:
     return dir_files(model_dir, exclude_top=(LINEAGE_FILE,))
 
 
+def changed_files(files: dict[str, str], recorded: dict[str, str]) -> list[str]:
+    """The names whose sha256 differs between `files` and `recorded`, or that only one of them has, sorted."""
+    return sorted(set(files) ^ set(recorded) | {f for f in files if f in recorded and files[f] != recorded[f]})
+
+
 def load_lineage(model_dir: str | os.PathLike) -> tuple[dict, Path]:
     """(lineage document, project root) for `model_dir`."""
     path = Path(model_dir) / LINEAGE_FILE

@@ -12,7 +12,7 @@ from pathlib import Path
 from ..errors import QrewriteError
 from ..io_utils import read_jsonl, sha256_file
 from .container import image_digest
-from .document import load_lineage, model_files
+from .document import changed_files, load_lineage, model_files
 from .hashing import hash_path
 
 
@@ -106,10 +106,9 @@ def verify_lineage(model_dir: str | os.PathLike, _seen: set | None = None) -> li
             problems += [(p, f"{why} (via {ch['path']})") for p, why in verify_lineage(lin.parent, seen)]
     mdir = root / doc["model"]["dir"]
     files = model_files(mdir) if mdir.is_dir() else {}
-    if files != doc["model"]["files"]:
-        changed = sorted(set(files) ^ set(doc["model"]["files"]) |
-                         {f for f in files if f in doc["model"]["files"] and files[f] != doc["model"]["files"][f]})
-        problems.append((f"{doc['model']['dir']}/{changed[0]}" if changed else doc["model"]["dir"],
+    changed = changed_files(files, doc["model"]["files"])
+    if changed:
+        problems.append((f"{doc['model']['dir']}/{changed[0]}",
                          "model file changed, added or removed"))
     image = _check_image(doc, root)
     if image:

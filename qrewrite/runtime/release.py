@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import QrewriteError
-from ..lineage.document import LINEAGE_FILE, model_files
+from ..lineage.document import LINEAGE_FILE, changed_files, model_files
 from .release_file import RELEASE_FILE, load_release
-from .backends import ENGINE_NAME, BackendFailed, InProcessBackend, OpenAIBackend
+from .backends import BackendFailed, InProcessBackend, OpenAIBackend
 from .generate import SERVED_BATCH_SIZE
 from .route import fallback_text, needs_rag, sent_one
 from .rules import check_rule, rule_text
@@ -80,10 +80,9 @@ def check_files(folder: str | Path) -> None:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise QrewriteError(f"cannot read the recorded files of the release ({type(exc).__name__})", file=str(path),
                             hint="rerun the release stage") from None
-    files = model_files(Path(folder))
-    if files != recorded:
-        changed = sorted(set(files) ^ set(recorded) | {f for f in files if f in recorded and files[f] != recorded[f]})
-        raise QrewriteError(f"{changed[0] if changed else 'a file'} is not what the release's lineage recorded "
+    changed = changed_files(model_files(Path(folder)), recorded)
+    if changed:
+        raise QrewriteError(f"{changed[0]} is not what the release's lineage recorded "
                             f"({len(changed)} file(s) changed, added or removed since the release stage wrote it)",
                             file=str(folder), hint="rerun the release stage; never edit a release folder by hand")
 
@@ -209,6 +208,5 @@ def load_served(cfg: dict, tenant: dict, folder: str, *, check: bool = True, for
     served.decoding = decoding
     if needs_rag(decoding):
         served.rag = make_rag(cfg if for_eval else gateway_rag_config(cfg), tenant)
-    served.info = {**served.backend.describe, "engine": served.backend.describe.get("engine", ENGINE_NAME)
-                   if scfg["backend"] == "inprocess" else served.backend.describe.get("engine", "openai-server")}
+    served.info = dict(served.backend.describe)  # each backend names its engine
     return served
