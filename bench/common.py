@@ -1,8 +1,9 @@
-"""Shared helpers for the benchmarks: machine facts, medians, result files, loopback servers.
+"""Shared helpers for the benchmarks: the command line (--quick, --results), machine facts, medians, result files,
+loopback servers.
 
-The servers are the TEST FAKES from tests/ (an OpenAI-compatible server with a fixed injected latency,
-and the real RAG app behind a wrapper that adds latency): benchmarks measure how close the pipeline
-gets to the bound the services it calls allow, so the services' own speed is pinned.
+The servers are the TEST FAKES from tests/ (tests/servers.py: an OpenAI-compatible server with a fixed injected
+latency, and the real RAG app behind a wrapper that adds latency): benchmarks measure how close the pipeline gets to
+the bound the services it calls allow, so the services' own speed is pinned.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import json
 import os
 import platform
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -20,10 +20,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
+from tests.servers import Scripted, start_fake_openai, start_fault_rag
 
 REPO = Path(__file__).resolve().parents[1]
-TESTS = REPO / "tests"
 RESULTS = REPO / "bench" / "results"
 BIN = Path(sys.executable).parent
 
@@ -65,143 +64,57 @@ def against_bound(concurrency: int, walls: list[float], bound: float) -> dict:
 
 
 def concurrency_sweep(run: Callable[[int, int], float], *, n: int, seq_n: int, concurrencies: list[int],
-                      repeats: int, latency: float, calls_per_row: int, rate_key: str) -> tuple[list[float], float,
+                      repeats: int, latency: float, calls: Callable[[int], int], rate_key: str) -> tuple[list[float], float,
                                                                                                list[dict]]:
-    """Benches 1 and 2: `run(rows, concurrency)` → wall seconds of the stage over the first `rows` rows, cold.
+    """Benches 1 and 2: `run(rows, concurrency)` → wall seconds of the stage over the first `rows` rows, cold;
+    `calls(rows)`: the service calls those rows cost.
 
     Returns the sequential baseline's walls (seq_n rows at concurrency 1), its calls per second, and per
     concurrency C the median of `repeats` runs over n rows against the bound calls·L/C, with the speedup over
     the baseline (ideal: C)."""
     seq_walls = [run(seq_n, 1) for _ in range(repeats)]
-    seq_rate = calls_per_row * seq_n / median(seq_walls)
+    seq_rate = calls(seq_n) / median(seq_walls)
     results = []
     for c in concurrencies:
         walls = [run(n, c) for _ in range(repeats)]
-        rate = calls_per_row * n / median(walls)
-        results.append({**against_bound(c, walls, calls_per_row * n * latency / c), rate_key: round(rate, 2),
+        rate = calls(n) / median(walls)
+        results.append({**against_bound(c, walls, calls(n) * latency / c), rate_key: round(rate, 2),
                         "speedup_vs_sequential": round(rate / seq_rate, 2), "ideal_speedup": c})
         print(json.dumps(results[-1]))
     return seq_walls, seq_rate, results
 
 
-def write_result(name: str, data: dict) -> Path:
+def bench_args(ap: argparse.ArgumentParser, quick: dict | None, argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse a bench's command line with its two common flags: --results DIR (where its result file goes, default
+    bench/results) and --quick, a smoke run at the sizes in `quick` (flags given as well still win): it checks that
+    the bench runs, in seconds, and its file says `"quick": true`, not a number for the tables. `quick` None: the
+    bench has no quick mode (it reads a finished run)."""
+    if quick is not None:
+        sizes = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in quick.items()) or "the command given"
+        ap.add_argument("--quick", action="store_true", help=f"a smoke run ({sizes}): not a number for the tables")
+    ap.add_argument("--results", type=Path, default=RESULTS, help="the folder the result file goes to")
+    if quick and ap.parse_known_args(argv)[0].quick:
+        ap.set_defaults(**quick)
+    return ap.parse_args(argv)
+
+
+def write_result(name: str, data: dict, args: argparse.Namespace | None = None) -> Path:
+    """bench/results/<name>.json, or under `args.results`; a --quick run is marked as one."""
     from qrewrite.io_utils import write_json
 
-    path = RESULTS / f"{name}.json"
-    write_json(path, {"bench": name, "machine": machine(), "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **data})
+    results, quick = (args.results, getattr(args, "quick", False)) if args is not None else (RESULTS, False)
+    path = results / f"{name}.json"
+    write_json(path, {"bench": name, "machine": machine(), "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                      **({"quick": True} if quick else {}), **data})
     return path
 
 
-def mean_text(m: dict, ci: bool = False) -> str:
-    """A figure (qrewrite.eval.stats.mean_ci) as the studies' tables print it: the mean, with `ci` its interval."""
-    if m.get("mean") is None:
-        return "–"
-    return f"{m['mean']:.3f} [{m['ci_low']:.3f}, {m['ci_high']:.3f}]" if ci else f"{m['mean']:.3f}"
-
-
-def paired_text(d: dict) -> str:
-    """A paired difference (qrewrite.eval.stats.paired) as the studies' tables print it."""
-    return (f"{d['diff']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] ({d['a_better']} better, "
-            f"{d['b_better']} worse)" if d.get("diff") is not None else "–")
-
-
-def study_args(doc: str, *, required: tuple[str, ...] = ("tenant",),
-               add: Callable[[argparse.ArgumentParser], None] | None = None,
-               table: Callable[[], str]) -> argparse.Namespace | None:
-    """The quality studies' command line: --project (the folder the pipeline ran in), --tenant, the study's own
-    flags (`add`), and --table, which prints every stored result (`table`) and returns None."""
-    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
-    ap.add_argument("--project", type=Path, default=REPO, help="the project folder the pipeline ran in")
-    ap.add_argument("--tenant")
-    if add:
-        add(ap)
-    ap.add_argument("--table", action="store_true", help="print the table of every result")
-    args = ap.parse_args()
-    if args.table:
-        print(table())
-        return None
-    missing = [f"--{r.replace('_', '-')}" for r in required if not getattr(args, r)]
-    if missing:
-        ap.error(f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} required (or --table)")
-    return args
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """A loopback server subprocess, stopped on exit."""
-
-    def __init__(self, cmd: list[str], health_url: str, cwd: Path, log: Path, timeout: float = 60):
-        self.log = open(log, "w")
-        self.proc = subprocess.Popen(cmd, cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.time() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{cmd} exited: {Path(log).read_text()[-2000:]}")
-            try:
-                if httpx.get(health_url, timeout=2).status_code < 500:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.time() > deadline:
-                self.stop()
-                raise TimeoutError(f"{health_url} did not come up")
-            time.sleep(0.2)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
-
-
-class Scripted:
-    """A fake server's script file and request log (see the fakes' docstrings)."""
-
-    def __init__(self, server: Server, url: str, state: Path):
-        self.server, self.url, self.state = server, url, state
-
-    def script(self, **behaviour) -> None:
-        (self.state / "script.json").write_text(json.dumps(behaviour))
-
-    def requests(self) -> list[dict]:
-        log = self.state / "requests.jsonl"
-        return [json.loads(l) for l in log.read_text().splitlines() if l.strip()] if log.exists() else []
-
-    def stop(self):
-        self.server.stop()
-
-
 def fake_openai(workdir: Path) -> Scripted:
-    state = workdir / "fake_openai"
-    state.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    srv = Server([sys.executable, str(TESTS / "fake_openai_server.py"), "--port", str(port), "--state", str(state)],
-                 f"http://127.0.0.1:{port}/health", workdir, workdir / "fake_openai.log")
-    return Scripted(srv, f"http://127.0.0.1:{port}/v1", state)
+    return start_fake_openai(workdir)
 
 
 def fault_rag(project: Path, workdir: Path) -> Scripted:
-    state = workdir / "fault_rag"
-    state.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    srv = Server([sys.executable, str(TESTS / "fault_rag_server.py"), "--config", "config.yaml", "--port", str(port),
-                  "--state", str(state)], f"http://127.0.0.1:{port}/healthz", project, workdir / "fault_rag.log")
-    return Scripted(srv, f"http://127.0.0.1:{port}", state)
+    return start_fault_rag(project, workdir)
 
 
 def scratch_project(root: Path) -> Path:

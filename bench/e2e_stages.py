@@ -5,8 +5,8 @@ Every rule writes benchmarks/{tenant}/{rule}.tsv; this runs Snakemake in a fresh
 (plus CPU time and peak RSS). It takes every rule whose benchmark file exists after the run. The
 target defaults to the data half (`snakemake data`); --all runs the default target (every stage).
 
-    .venv/bin/python bench/e2e_stages.py [--repeats 3] [--all]
-    .venv/bin/python bench/e2e_stages.py --from-run /path/to/clone --wall-s 1234   # a finished `make run`
+    .venv/bin/python -m bench.e2e_stages [--repeats 3] [--all]
+    .venv/bin/python -m bench.e2e_stages --from-run /path/to/clone --wall-s 1234   # a finished `make run`
 
 The full embedded run trains two models per tenant (tens of minutes on 2 cores), so --from-run reads the
 benchmark files a finished `make run` left behind: one run, no median.
@@ -22,7 +22,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from common import median, scratch_project, snakemake, write_result
+from bench.common import bench_args, median, scratch_project, snakemake, write_result
 
 
 def read_benchmarks(root: Path) -> dict[str, dict]:
@@ -42,14 +42,19 @@ def read_benchmarks(root: Path) -> dict[str, dict]:
     return out
 
 
+# --quick: a smoke run in seconds (tests/test_bench_quick.py)
+QUICK = {"repeats": 1, "only": "fivedoctors"}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--all", action="store_true", help="run the default target (every stage) instead of the data half")
+    ap.add_argument("--only", help="one tenant's part of the run (snakemake --config only=NAME; default both)")
     ap.add_argument("--from-run", type=Path, help="read benchmarks/ of a finished run in this folder (runs nothing)")
     ap.add_argument("--wall-s", type=float, help="with --from-run: the run's measured wall time")
     ap.add_argument("--run-note", help="with --from-run: how the run was measured (fresh clone? idle cores?)")
-    args = ap.parse_args()
+    args = bench_args(ap, quick=QUICK)
     if args.from_run:
         table = read_benchmarks(args.from_run)
         if not table:
@@ -63,13 +68,13 @@ def main() -> None:
                   "run_note": args.run_note,
                   "per_rule": {k: {**v, "runs": 1} for k, v in table.items()}}
         print(json.dumps(result, indent=1))
-        write_result("e2e_stages_full", result)
+        write_result("e2e_stages_full", result, args)
         return
     runs, walls = [], []
     for _ in range(args.repeats):
         with tempfile.TemporaryDirectory() as tmp:
             root = scratch_project(Path(tmp) / "proj")
-            targets = [] if args.all else ["data"]
+            targets = ([] if args.all else ["data"]) + (["--config", f"only={args.only}"] if args.only else [])
             t0 = time.perf_counter()
             snakemake(root, *targets)
             walls.append(time.perf_counter() - t0)
@@ -84,11 +89,12 @@ def main() -> None:
                     "runs": len(vs)} for name, vs in sorted(per_rule.items())}
     result = {"what": "embedded end-to-end run in a scratch project (`snakemake --cores 2`), per rule from "
                       "benchmarks/{tenant}/{rule}.tsv",
-              "targets": "default target (all stages)" if args.all else "`data` (the data half, both tenants)",
+              "targets": ("default target (all stages)" if args.all else "`data` (the data half)")
+              + f", {args.only or 'both tenants'}",
               "repeats": args.repeats, "total_wall_s": median(walls), "total_walls_s": [round(w, 2) for w in walls],
               "per_rule": table}
     print(json.dumps(result, indent=1))
-    write_result("e2e_stages", result)
+    write_result("e2e_stages", result, args)
 
 
 if __name__ == "__main__":

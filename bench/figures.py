@@ -2,21 +2,32 @@
 
 A Markdown file holds each table between `<!-- figures:NAME -->` and `<!-- /figures:NAME -->`; NAME picks a
 renderer below, which reads bench/results/*.json (each written by the command that measured it: the date, the
-commit and the machine are in the file) and writes the table with a line naming its sources. So a figure is in
+commit and the machine are in the file), or a pinned study's result under studies/*/ where bench/results has none of
+that name, and writes the table with a line naming its sources. So a figure is in
 the docs only as its result file says it, and a stale one is caught:
 
     .venv/bin/python bench/figures.py            # rewrite every block from the result files
     .venv/bin/python bench/figures.py --check    # exit 1 naming each block that differs (tests/test_figures.py)
 
-Renderers: `tenants` (what each tenant gets: tenant_<name>.json), `restated` (before and after the split of
-every ingested row: tenant_<name>_presplit.json and older result files beside tenant_<name>.json), `timings`
+Renderers: `tenants` (what each tenant gets: tenant_<name>.json), `timings`
 (timing_<name>.json, rc 0 only), `serving` (the deploy check's served-vs-eval and latency: tenant_<name>.json,
 serve_*.json).
+
+A figure in prose (or in a note's frozen table) carries its source right after it, invisible in the rendered page:
+`3.30 requests/s<!-- fig: serve_engine.json gateways.engine.levels.16.model.requests_per_s -->`. The first word
+is the result file (a bare name: bench/results/, else the one study folder holding it, as the blocks resolve it; or a
+path from the repository root); the rest is the value in the printed unit: a key path (dots; a number indexes a
+list, `name=sft` picks the list item whose `name` is sft), or arithmetic over key paths and numbers with spaces
+around each operator (`100 * a.b`, `a.b / c.d`, `1000 * latency_s.p95`, `sum(a.fallbacks)`). `check_marks` compares
+it with the printed figure at the printed precision (5.1 holds 5.05 to 5.15; 88 holds 87.5 to 88.5). A note's figures
+are frozen as written: notes hold no rendered block, only marks, each naming the exact file it was read from (a run
+that overwrites a file a note cites keeps the old one beside it, `<name>_<commit>.json`).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import difflib
 import json
 import re
@@ -25,7 +36,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "docs" / "notes").glob("*.md"))]
+STUDIES = REPO / "studies"
+# the pages whose blocks are rendered; a note (docs/notes/) is a dated record: its figures stay as written
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+NOTES = sorted((REPO / "docs" / "notes").glob("*.md"))
 BLOCK = re.compile(r"(<!-- figures:(?P<name>[\w-]+)(?P<args>[^>]*?) -->\n)(?P<body>.*?)(<!-- /figures:(?P=name) -->)",
                    re.S)
 
@@ -33,8 +47,17 @@ BLOCK = re.compile(r"(<!-- figures:(?P<name>[\w-]+)(?P<args>[^>]*?) -->\n)(?P<bo
 TENANTS = ("fivedoctors", "chengla", "cqr", "durdev", "sights")
 
 
+def result_path(name: str) -> Path:
+    """bench/results/<name>.json, else the one study folder that holds <name>.json (a pinned study's result)."""
+    path = RESULTS / f"{name}.json"
+    found = [] if path.is_file() else sorted(STUDIES.glob(f"*/{name}.json"))
+    if len(found) > 1:
+        raise SystemExit(f"{name}.json is in more than one study folder: {', '.join(map(str, found))}")
+    return found[0] if found else path
+
+
 def load(name: str) -> dict | None:
-    p = RESULTS / f"{name}.json"
+    p = result_path(name)
     return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else None
 
 
@@ -59,8 +82,26 @@ def source(name: str, doc: dict) -> str:
     m = doc.get("machine") or {}
     commit = doc.get("run_commit") or m.get("commit")
     units = "bf16 units" if m.get("bf16_units") else "no bf16 units" if "bf16_units" in m else "bf16 units: not recorded"
-    return (f"`bench/results/{name}.json` ({(doc.get('when') or doc.get('measured_at') or '')[:10]}, commit {commit or 'not recorded'}, "
+    return (f"`{result_path(name).relative_to(REPO)}` ({(doc.get('when') or doc.get('measured_at') or '')[:10]}, commit {commit or 'not recorded'}, "
             f"{m.get('cpu_model', '?')}, {units})")
+
+
+def rows_diff(p: dict | None, n: int) -> str:
+    """A paired difference with the same in test rows (mean difference × rows)."""
+    return "–" if not p or p.get("diff") is None else f"{diff(p)} ({p['diff'] * n:+.1f} rows)"
+
+
+def student_verdict(doc: dict) -> str:
+    """Whether the tenant's student beats query + history on test beyond noise (the paired 95 % interval above 0):
+    the release where it is a student (chosen on validation), else the plain SFT student."""
+    pr = doc["test_paired"]
+    if doc["release"]["kind"] == "model":
+        name, p = doc["release"]["name"], pr.get("release_minus_query_history")
+    else:
+        name, p = "sft", pr.get("sft_minus_query_history")
+    if not p or p.get("diff") is None:
+        return "not measured"
+    return f"{'**yes**' if p['ci_low'] > 0 else 'no'}: {name} {diff(p)}"
 
 
 def tenants(args: str) -> str:
@@ -72,48 +113,20 @@ def tenants(args: str) -> str:
             continue
         rel, test, pr = doc["release"], doc["test"], doc["test_paired"]
         val_qh = rel.get("val_query_history") or {}
+        n = doc["n_test_with_gold"]
         rows.append(
-            f"| {t} ({rel['val_hit_at_1']['n']} / {doc['n_test_with_gold']}) | {doc['teacher']['kind']} | "
+            f"| {t} ({rel['val_hit_at_1']['n']} / {n}) | {doc['teacher']['kind']} | "
             f"**{rel['name']}** ({f3(rel['val_hit_at_1']['mean'])}; query + history {f3(val_qh.get('mean'))}) | "
             f"**{ci(test['release'])}** | {f3((test.get('query_history') or {}).get('mean'))} | "
             f"{f3((test.get('teacher') or {}).get('mean'))} | {diff(pr['release_minus_query_history'])} | "
-            f"{diff(pr['rl_minus_sft'])} |")
+            f"{rows_diff(pr.get('release_minus_teacher'), n)} | {student_verdict(doc)} | "
+            f"{diff(pr['rl_minus_sft'])} | {diff(pr.get('pref_minus_sft'))} |")
         sources.append(f"{t}: {source(f'tenant_{t}', doc)}, made by `{doc['run']}`")
     head = ("| tenant (validation / test rows with gold) | teacher | release, chosen on validation (its validation "
             "Hit@1) | release on test [95 %] | query + history, test | teacher, test | release − query + history, "
-            "test [95 %] | RL − SFT, test [95 %] |\n|---|---|---|---|---|---|---|---|")
-    return "\n".join([head, *rows, "", "Sources: " + "; ".join(sources) + "." if sources else ""]).rstrip() + "\n"
-
-
-def restated(args: str) -> str:
-    """Each tenant's test figures before (validation and test held only rows the teacher got right) and after
-    (every row of their groups). Before: tenant_<t>_presplit.json, else the newest older result file named in args
-    as t=file."""
-    older = dict(a.split("=", 1) for a in args.split() if "=" in a)
-    rows, sources = [], []
-    for t in TENANTS:
-        after = load(f"tenant_{t}")
-        before_name = f"tenant_{t}_presplit" if load(f"tenant_{t}_presplit") else older.get(t)
-        before = load(before_name) if before_name else None
-        if after is None or before is None:
-            continue
-        if "candidates" in before:  # a release_levers_* file: the release and the rule on test
-            rel_b = next(c for c in before["candidates"] if c["released"])
-            qh_b = next(c for c in before["candidates"] if c["name"] == "query_history")
-            b = {"n": before["n_test_with_gold"], "release": rel_b["name"], "test": rel_b["test"],
-                 "qh": qh_b["test"]["mean"], "teacher": None}
-        else:
-            b = {"n": before["n_test_with_gold"], "release": before["release"]["name"],
-                 "test": before["test"]["release"], "qh": (before["test"].get("query_history") or {}).get("mean"),
-                 "teacher": (before["test"].get("teacher") or {}).get("mean")}
-        a = after
-        rows.append(f"| {t} | {b['n']} → {a['n_test_with_gold']} | {b['release']} → {a['release']['name']} | "
-                    f"{ci(b['test'])} → {ci(a['test']['release'])} | {f3(b['qh'])} → "
-                    f"{f3((a['test'].get('query_history') or {}).get('mean'))} | {f3(b['teacher'])} → "
-                    f"{f3((a['test'].get('teacher') or {}).get('mean'))} |")
-        sources.append(f"{t}: before {source(before_name, before)}; after {source(f'tenant_{t}', after)}")
-    head = ("| tenant | test rows with gold | release | release on test [95 %] | query + history, test | teacher, "
-            "test |\n|---|---|---|---|---|---|")
+            "test [95 %] | release − teacher, test [95 %] | the student beats query + history beyond noise (test, "
+            "paired 95 %) | RL − SFT, test [95 %] | preference − SFT, test [95 %] |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|")
     return "\n".join([head, *rows, "", "Sources: " + "; ".join(sources) + "." if sources else ""]).rstrip() + "\n"
 
 
@@ -128,7 +141,7 @@ def timings(args: str) -> str:
         rows.append(f"| `{doc['command']}` | **{doc['wall_min']:.1f} min** | {doc['started'][:10]} | "
                     f"{doc.get('run_commit')} | {m.get('cpu_model', '?')}, {m.get('cpu_count')} cores, "
                     f"{'bf16 units' if m.get('bf16_units') else 'no bf16 units'} | {doc.get('note') or ''} |")
-        sources.append(f"`bench/results/timing_{n}.json`")
+        sources.append(f"`{result_path(f'timing_{n}').relative_to(REPO)}`")
     head = "| command | wall time | date | commit | machine | note |\n|---|---|---|---|---|---|"
     return "\n".join([head, *rows, "", "Sources: " + ", ".join(sources) + "." if sources else ""]).rstrip() + "\n"
 
@@ -270,7 +283,7 @@ def serve_summary(args: str) -> str:
     return text + "\n\nSources: " + "; ".join(sources) + ".\n"
 
 
-RENDERERS = {"tenants": tenants, "restated": restated, "timings": timings, "serving": serving,
+RENDERERS = {"tenants": tenants, "timings": timings, "serving": serving,
              "serve_summary": serve_summary,
              "serve_engine": serve_engine, "serve_tenants": serve_tenants}
 
@@ -285,14 +298,103 @@ def render_file(text: str) -> str:
     return BLOCK.sub(one, text)
 
 
+# a figure and its mark: the number (a sign, a unit or an x around it are text), then the mark
+MARK = re.compile(r"<!-- fig:(?P<spec>.*?)-->")
+MARKED = re.compile(r"(?<![\d.])(?P<num>[-+−]?\d+(?:\.\d+)?)(?P<unit> ?[^\s\d<>|]{0,12})<!-- fig:(?P<spec>.*?)-->")
+KEY = re.compile(r"(?<![\w.])[A-Za-z_][\w.=+-]*(?![\w(])")
+CALLS = {"sum": lambda v: sum(v.values()) if isinstance(v, dict) else sum(v), "abs": abs, "min": min, "max": max}
+
+
+def mark_file(name: str) -> Path:
+    """The file a mark names: a path from the repository root, or a bare name as the blocks resolve it."""
+    return REPO / name if "/" in name else result_path(name.removesuffix(".json"))
+
+
+def key_value(doc, path: str):
+    """The value at a dotted key path; a number indexes a list, `field=value` picks the list item with that field."""
+    v = doc
+    for part in path.split("."):
+        if isinstance(v, list) and "=" in part:
+            f, want = part.split("=", 1)
+            hits = [x for x in v if isinstance(x, dict) and str(x.get(f)) == want]
+            if len(hits) != 1:
+                raise KeyError(f"{len(hits)} items with {part}")
+            v = hits[0]
+        elif isinstance(v, list) and part.isdigit():
+            v = v[int(part)]
+        elif isinstance(v, dict) and part in v:
+            v = v[part]
+        else:
+            raise KeyError(part)
+    return v
+
+
+def mark_value(doc: dict, expr: str) -> float:
+    """The value of a mark's expression: key paths, numbers, + - * / ( ) and sum, abs, min, max."""
+    names: dict[str, object] = {}
+
+    def name(m: re.Match) -> str:
+        names[f"k{len(names)}"] = key_value(doc, m.group(0))
+        return f"k{len(names) - 1}"
+
+    tree = ast.parse(KEY.sub(name, expr), mode="eval")
+    allowed = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.Name, ast.Load, ast.Call, ast.Add, ast.Sub,
+               ast.Mult, ast.Div, ast.USub, ast.UAdd)
+    for node in ast.walk(tree):
+        if not isinstance(node, allowed) or isinstance(node, ast.Call) and getattr(node.func, "id", None) not in CALLS:
+            raise ValueError(f"not arithmetic over key paths: {ast.unparse(node)}")
+    value = eval(compile(tree, "<mark>", "eval"), {"__builtins__": {}}, {**CALLS, **names})  # only the nodes above
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{expr} is {value!r}, not a number")
+    return value
+
+
+def check_marks(text: str, where: str = "") -> list[str]:
+    """`where:line: what` for each marked figure its file does not hold at the printed precision, each mark whose file
+    or key is missing, and each mark with no figure right before it."""
+    bad = []
+    # a mark inside a code span is an example of the syntax, shown as text, not a mark
+    text = re.sub(r"(`+).+?\1", lambda m: re.sub(r"[^\n]", " ", m.group(0)), text, flags=re.S)
+    line = lambda pos: text.count("\n", 0, pos) + 1  # noqa: E731
+    marked = {m.start("spec") for m in MARKED.finditer(text)}
+    bad += [f"{where}:{line(m.start())}: a mark with no figure right before it: {m.group(0)}"
+            for m in MARK.finditer(text) if m.start("spec") not in marked]
+    for m in MARKED.finditer(text):
+        at = f"{where}:{line(m.start())}: {m.group('num')}{m.group('unit')}"
+        spec = m.group("spec").split(None, 1)
+        if len(spec) != 2:
+            bad.append(f"{at}: the mark needs a file and a key: {m.group(0)}")
+            continue
+        path = mark_file(spec[0])
+        if not path.is_file():
+            bad.append(f"{at}: {spec[0]} is no file (kept beside a newer run as <name>_<commit>.json?)")
+            continue
+        try:
+            value = mark_value(json.loads(path.read_text(encoding="utf-8")), spec[1].strip())
+        except (KeyError, IndexError, ValueError, TypeError, SyntaxError, ZeroDivisionError) as e:
+            bad.append(f"{at}: {spec[0]} {spec[1].strip()}: {type(e).__name__} {e}")
+            continue
+        num = m.group("num").replace("−", "-")
+        decimals = len(num.split(".")[1]) if "." in num else 0
+        if abs(value - float(num)) > 0.5 * 10 ** -decimals + 1e-9:
+            bad.append(f"{at}: {spec[0]} says {spec[1].strip()} = {value!r}")
+    return bad
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 naming each stale block")
-    ap.add_argument("files", nargs="*", type=Path, help="Markdown files (default README.md and docs/*.md)")
+    ap.add_argument("files", nargs="*", type=Path,
+                    help="Markdown files (default README.md, docs/*.md and the notes' marks)")
     args = ap.parse_args(argv)
-    stale = []
-    for path in args.files or DOCS:
+    stale, wrong = [], []
+    for path in args.files or [*DOCS, *NOTES]:
         text = path.read_text(encoding="utf-8")
+        wrong += check_marks(text, str(path))
+        if path.resolve().parent == REPO / "docs" / "notes":
+            wrong += [f"{path}: a rendered block in a note ({m.group('name')}): a note's figures stay as written, "
+                      "each with its mark" for m in BLOCK.finditer(text)]
+            continue
         new = render_file(text)
         if new != text:
             if args.check:
@@ -302,10 +404,11 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 path.write_text(new, encoding="utf-8")
                 print(f"rewrote the figures of {path}", file=sys.stderr)
+    if wrong:
+        print("figures their marks' files do not hold:", *wrong, sep="\n", file=sys.stderr)
     if stale:
         print(f"stale figures in {', '.join(map(str, stale))}: run .venv/bin/python bench/figures.py", file=sys.stderr)
-        return 1
-    return 0
+    return 1 if stale or wrong else 0
 
 
 if __name__ == "__main__":

@@ -5,13 +5,12 @@ stage), then times `snakemake -n` for the same target --repeats times (median), 
 --version` (interpreter + import floor), and profiles one dry run with cProfile (top functions by
 cumulative time). The dry run builds the whole workflow (every rule file is parsed) either way.
 
-    .venv/bin/python bench/noop_dryrun.py [--repeats 5] [--all]
+    .venv/bin/python -m bench.noop_dryrun [--repeats 5] [--all]
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
 import io
 import json
 import os
@@ -22,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import BIN, REPO, median, scratch_project, snakemake, write_result
+from bench.common import BIN, REPO, bench_args, median, scratch_project, snakemake, write_result
 
 
 def timed(cmd: list[str], cwd: Path) -> float:
@@ -37,12 +36,17 @@ def timed(cmd: list[str], cwd: Path) -> float:
     return wall
 
 
+# --quick: a smoke run in seconds (tests/test_bench_quick.py)
+QUICK = {"repeats": 1, "only": "fivedoctors"}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--all", action="store_true", help="complete and dry-run the default target (every stage)")
-    args = ap.parse_args()
-    target = [] if args.all else ["data"]
+    ap.add_argument("--only", help="one tenant's part of the run (snakemake --config only=NAME; default both)")
+    args = bench_args(ap, quick=QUICK)
+    target = ([] if args.all else ["data"]) + (["--config", f"only={args.only}"] if args.only else [])
     with tempfile.TemporaryDirectory() as tmp:
         root = scratch_project(Path(tmp) / "proj")
         snakemake(root, *target)
@@ -66,12 +70,12 @@ def main() -> None:
         else:
             profile = {"error": "cProfile run produced no profile"}
     result = {"what": f"`snakemake -n {' '.join(target)}` on a completed run of that target (embedded defaults, "
-                      "both tenants)",
+                      f"{args.only or 'both tenants'})",
               "repeats": args.repeats, "dry_run_walls_s": [round(w, 3) for w in walls],
               "dry_run_median_s": median(walls),
               "snakemake_version_median_s": median(floor), "target": "dry_run_median_s < 3", "profile": profile}
     print(json.dumps({k: v for k, v in result.items() if k != "profile"}))
-    write_result("noop_dryrun", result)
+    write_result("noop_dryrun", result, args)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """Render bench/results/*.json as the Markdown tables in bench/README.md and docs/benchmarks.md (between the
 markers).
 
-    .venv/bin/python bench/report.py          # rewrite the tables in both pages
-    .venv/bin/python bench/report.py --print  # print them instead
+    .venv/bin/python -m bench.report          # rewrite the tables in both pages
+    .venv/bin/python -m bench.report --print  # print them instead
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 import sys
 from collections import defaultdict
 
-from common import REPO, RESULTS
+from bench.common import REPO, RESULTS
 
 PAGES = (REPO / "bench" / "README.md", REPO / "docs" / "benchmarks.md")
 BEGIN, END = "<!-- bench-table:begin -->", "<!-- bench-table:end -->"
@@ -51,7 +51,7 @@ def summary_rows() -> list[str]:
                         f"L={r2['latency_s'] * 1000:.0f} ms, C={r['concurrency']} | {r['wall_s']:.1f} s "
                         f"({r['searches_per_s']:.0f} searches/s); {r['speedup_vs_sequential']:.1f}x sequential "
                         f"({seq['searches_per_s']:.1f}/s; ideal {r['ideal_speedup']}x) | "
-                        f"**{_pct(r['ratio_to_bound'])}** of 2N·L/C = {r['bound_s']:.1f} s (target ≥ 90 %) |")
+                        f"**{_pct(r['ratio_to_bound'])}** of searches·L/C = {r['bound_s']:.1f} s (target ≥ 90 %) |")
         rows.append(_cli_row(2, "RAG validation, as a rule runs it (`qrewrite validate`)", r2["cli"]))
     r3 = _load("rerun_cost")
     if r3:

@@ -5,7 +5,7 @@ latency --latency) and the HTTP RAG service (real RAG app behind the fault wrapp
 --rag-latency): once cold, then --repeats times with `--forceall` (every rule reruns, the caches are
 warm). Paid calls are counted on the servers.
 
-    .venv/bin/python bench/rerun_cost.py [--latency 0.2] [--rag-latency 0.05] [--repeats 3]
+    .venv/bin/python -m bench.rerun_cost [--latency 0.2] [--rag-latency 0.05] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -16,9 +16,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import fake_openai, fault_rag, median, scratch_project, snakemake, update_config, write_result
+from bench.common import (bench_args, fake_openai, fault_rag, median, scratch_project, snakemake, update_config,
+                          write_result)
 
 KEY = {"QR_BENCH_KEY": "sk-bench-not-a-real-key"}
+
+
+# --quick: a smoke run in seconds (tests/test_bench_quick.py)
+QUICK = {"latency": 0.02, "rag_latency": 0.01, "repeats": 1, "only": "fivedoctors"}
 
 
 def main() -> None:
@@ -26,7 +31,8 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=0.2)
     ap.add_argument("--rag-latency", type=float, default=0.05)
     ap.add_argument("--repeats", type=int, default=3)
-    args = ap.parse_args()
+    ap.add_argument("--only", help="one tenant's part of the run (snakemake --config only=NAME; default both)")
+    args = bench_args(ap, quick=QUICK)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         root = scratch_project(tmp / "proj")
@@ -38,7 +44,8 @@ def main() -> None:
                 "base_url": teacher.url, "model": "bench", "api_key_env": "QR_BENCH_KEY", "backoff_base_s": 0.0}},
                 rag={"provider": "http", "http": {"base_url": rag.url, "backoff_base_s": 0.0}})
             t0 = time.perf_counter()
-            snakemake(root, "data", env=KEY)
+            targets = ["data", *(["--config", f"only={args.only}"] if args.only else [])]
+            snakemake(root, *targets, env=KEY)
             cold = {"wall_s": round(time.perf_counter() - t0, 3), "teacher_calls": len(teacher.requests()),
                     "rag_calls": len(rag.requests())}
             print(json.dumps({"cold": cold}))
@@ -46,7 +53,7 @@ def main() -> None:
             for _ in range(args.repeats):
                 before = (len(teacher.requests()), len(rag.requests()))
                 t0 = time.perf_counter()
-                snakemake(root, "--forceall", "data", env=KEY)
+                snakemake(root, "--forceall", *targets, env=KEY)
                 warm.append({"wall_s": round(time.perf_counter() - t0, 3),
                              "teacher_calls": len(teacher.requests()) - before[0],
                              "rag_calls": len(rag.requests()) - before[1]})
@@ -55,13 +62,13 @@ def main() -> None:
             teacher.stop()
             rag.stop()
     write_result("rerun_cost", {
-        "what": "data half (`snakemake data`, both tenants), openai teacher + http RAG on loopback: cold run, "
+        "what": f"data half (`snakemake data`, {args.only or 'both tenants'}), openai teacher + http RAG on loopback: cold run, "
                 "then `snakemake --forceall data` with warm caches",
         "latency_s": args.latency, "rag_latency_s": args.rag_latency, "repeats": args.repeats,
         "cold": cold, "warm": warm,
         "warm_median": {"wall_s": median([w["wall_s"] for w in warm]),
                         "paid_calls": max(w["teacher_calls"] + w["rag_calls"] for w in warm)},
-        "target": "paid_calls == 0"})
+        "target": "paid_calls == 0"}, args)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ it). Each repeat: a fresh scorer and fresh caches (cold), then the same batch ag
 retrieval and verdict from cache). HTTP RAG = the real RAG app on loopback (no injected latency).
 Medians over --repeats.
 
-    .venv/bin/python bench/reward_throughput.py [--rollouts 256] [--judge-latency 0.2] [--repeats 3]
+    .venv/bin/python -m bench.reward_throughput [--rollouts 256] [--judge-latency 0.2] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import config_for, fake_openai, fault_rag, median, scratch_project, synthetic_queries, update_config, \
-    write_result
+from bench.common import (bench_args, config_for, fake_openai, fault_rag, median, scratch_project, synthetic_queries,
+                          update_config, write_result)
 
 KEY = {"QR_BENCH_KEY": "sk-bench-not-a-real-key"}
 SUFFIXES = ["", " 用法用量", " 适用人群", " 禁忌", " 储存方法", " 孕妇能吃吗", " 饭前还是饭后", " 副作用"]
@@ -63,12 +63,16 @@ def one_pass(cfg: dict, tenant: dict, batch, cache_dir: Path) -> dict:
     return {"cold_s": cold, "warm_s": warm, "stats": cold_stats}
 
 
+# --quick: a smoke run in seconds (tests/test_bench_quick.py)
+QUICK = {"rollouts": 64, "judge_latency": 0.05, "repeats": 1}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rollouts", type=int, default=256)
     ap.add_argument("--judge-latency", type=float, default=0.2)
     ap.add_argument("--repeats", type=int, default=3)
-    args = ap.parse_args()
+    args = bench_args(ap, quick=QUICK)
     os.environ.update(KEY)
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -105,9 +109,10 @@ def main() -> None:
             judge.stop()
             rag.stop()
     write_result("reward_throughput", {
-        "what": "RewardScorer.score_batch on 256 rollouts (32 queries x 8), OpenAI judge at 30 % against the "
-                "test server; cold = fresh caches, warm = same batch again",
-        "judge_latency_s": args.judge_latency, "repeats": args.repeats, **out})
+        "what": f"RewardScorer.score_batch on {args.rollouts} rollouts ({args.rollouts // len(SUFFIXES)} queries x "
+                f"{len(SUFFIXES)}), OpenAI judge at 30 % against the test server; cold = fresh caches, warm = same "
+                "batch again",
+        "judge_latency_s": args.judge_latency, "repeats": args.repeats, **out}, args)
 
 
 if __name__ == "__main__":

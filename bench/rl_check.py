@@ -7,10 +7,10 @@ tie-aware Hit@1 of raw / query + history / teacher / SFT / RL on the test split 
 RL − SFT interval; and bench/results/rl_check_<tenant>.svg, the reward curve with its rolling mean (`--name`
 chooses another name than rl_check_<tenant>).
 
-    .venv/bin/python bench/rl_check.py --tenant fivedoctors --sft-epochs 0.5      # a deliberately short SFT
-    .venv/bin/python bench/rl_check.py --tenant cqr --sft-epochs 0.5 --name rl_check_cqr_short_sft
-    .venv/bin/python bench/rl_check.py --tenant cqr                               # data/cqr (make cqr-data)
-    .venv/bin/python bench/rl_check.py --tenant fivedoctors --grpo-steps 80 --set rl.swift_grpo.learning_rate=1e-4
+    .venv/bin/python -m bench.rl_check --tenant fivedoctors --sft-epochs 0.5      # a deliberately short SFT
+    .venv/bin/python -m bench.rl_check --tenant cqr --sft-epochs 0.5 --name rl_check_cqr_short_sft
+    .venv/bin/python -m bench.rl_check --tenant cqr                               # data/cqr (make cqr-data)
+    .venv/bin/python -m bench.rl_check --tenant fivedoctors --grpo-steps 80 --set rl.swift_grpo.learning_rate=1e-4
 
 The work folder (default bench/work/rl_check-<tenant>, or bench/work/<name>) is kept: rerunning with other GRPO
 settings retrains RL only (Snakemake sees the SFT model up to date).
@@ -28,13 +28,13 @@ from pathlib import Path
 
 import yaml
 
-from common import BIN, REPO, write_result
+from bench.common import BIN, REPO, bench_args, write_result
 
 from qrewrite.io_utils import read_json, read_jsonl, write_text_atomic
 from qrewrite.paths import eval_paths, tenant_paths
 from qrewrite.report import svg
 from qrewrite.reward.monitor import CURVE_FILE
-from qrewrite.training.rl_summary import reward_trend
+from qrewrite.training.rl.summary import reward_trend
 
 SETTINGS = REPO / "bench" / "rl_check.yaml"
 ROLLING = 5
@@ -160,7 +160,7 @@ def main() -> None:
     ap.add_argument("--name", help="result name under bench/results (default rl_check_<tenant>): keep one run's "
                                    "figures beside another's")
     ap.add_argument("--fresh", action="store_true", help="delete the work folder first")
-    args = ap.parse_args()
+    args = bench_args(ap, quick=None)  # no quick mode: it trains SFT and GRPO (tens of minutes)
     name = args.name or f"rl_check_{args.tenant}"
     work = args.work or REPO / "bench" / "work" / (args.name or f"rl_check-{args.tenant}")
     if args.fresh and work.exists():
@@ -173,8 +173,8 @@ def main() -> None:
     cfg = project(work, args.tenant, overrides)
     wall = run(work, args.tenant, work / "snakemake.log")
     result = collect(work, args.tenant, cfg, wall)
-    write_result(name, result)
-    write_text_atomic(REPO / "bench" / "results" / f"{name}.svg", chart(result))
+    write_result(name, result, args)
+    write_text_atomic(args.results / f"{name}.svg", chart(result))
     print(json.dumps({k: result[k] for k in ("sft", "rl", "test", "gold_set")}, indent=1))
 
 

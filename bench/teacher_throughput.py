@@ -6,7 +6,7 @@ speedup over a sequential one-request-at-a-time baseline measured in the same ru
 the stage as Snakemake runs it (`qrewrite teacher`, a fresh process: imports and file I/O included).
 Medians over --repeats.
 
-    .venv/bin/python bench/teacher_throughput.py [--n 1000] [--latency 0.2] [--concurrency 10 50]
+    .venv/bin/python -m bench.teacher_throughput [--n 1000] [--latency 0.2] [--concurrency 10 50]
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import (against_bound, concurrency_sweep, config_for, fake_openai, qrewrite, scratch_project,
-                    synthetic_queries, update_config, write_result)
+from bench.common import (against_bound, bench_args, concurrency_sweep, config_for, fake_openai, qrewrite,
+                          scratch_project, synthetic_queries, update_config, write_result)
 
 KEY = {"QR_BENCH_KEY": "sk-bench-not-a-real-key"}
 
@@ -37,6 +37,10 @@ def run_stage(cfg: dict, tenant: dict, queries: list[dict], concurrency: int, ca
     return wall
 
 
+# --quick: a smoke run in seconds (tests/test_bench_quick.py)
+QUICK = {"n": 50, "latency": 0.05, "repeats": 1, "seq_n": 5, "concurrency": [10]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1000)
@@ -44,7 +48,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, nargs="+", default=[10, 50])
     ap.add_argument("--seq-n", type=int, default=50, help="queries in the sequential baseline")
     ap.add_argument("--repeats", type=int, default=3)
-    args = ap.parse_args()
+    args = bench_args(ap, quick=QUICK)
     import os
 
     os.environ.update(KEY)
@@ -61,7 +65,7 @@ def main() -> None:
             caches = (tmp / f"cache{i}" for i in itertools.count(1))  # a cold cache for every run
             seq_walls, seq_qps, results = concurrency_sweep(
                 lambda rows, c: run_stage(cfg, tenant, queries[:rows], c, next(caches)), n=args.n, seq_n=args.seq_n,
-                concurrencies=args.concurrency, repeats=args.repeats, latency=args.latency, calls_per_row=1,
+                concurrencies=args.concurrency, repeats=args.repeats, latency=args.latency, calls=lambda rows: rows,
                 rate_key="queries_per_s")
             # The stage as a rule runs it: one `qrewrite teacher` process, cold cache.
             c = args.concurrency[0]
@@ -86,7 +90,7 @@ def main() -> None:
         "n": args.n, "latency_s": args.latency, "repeats": args.repeats,
         "sequential": {"n": args.seq_n, "walls_s": [round(w, 3) for w in seq_walls], "queries_per_s": round(seq_qps, 2),
                        "per_query_s": round(1 / seq_qps, 4)},
-        "in_process": results, "cli": cli, "server_requests": calls, "target": "ratio_to_bound >= 0.9"})
+        "in_process": results, "cli": cli, "server_requests": calls, "target": "ratio_to_bound >= 0.9"}, args)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
 """Time one command as a user runs it and store the run: bench/results/timing_<name>.json (the command, its exit
 code, wall seconds, start and end, the commit, the machine: CPU model, bf16 units or not, cores, load at start).
 
-    .venv/bin/python bench/timed_run.py --name make_run -- make run          # in a fresh clone: install included
-    .venv/bin/python bench/timed_run.py --name ci_run --cwd /tmp/clone -- bash .ci/run
+    .venv/bin/python -m bench.timed_run --name make_run -- make run          # in a fresh clone: install included
+    .venv/bin/python -m bench.timed_run --name ci_run --cwd /tmp/clone -- bash .ci/run
 
 The command's own output goes to bench/results/timing_<name>.log beside it (the last lines are kept in the JSON).
 A failed command is stored too (rc != 0): a timing is only a figure when rc is 0, which bench/figures.py checks.
+--quick marks the file as a smoke run (tests/test_bench_quick.py times a one-line command into --results).
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, machine, write_result  # noqa: E402
+from bench.common import REPO, bench_args, machine, write_result
 
 
 def main() -> int:
@@ -28,12 +28,12 @@ def main() -> int:
     ap.add_argument("--cwd", default=".", help="where to run it (a fresh clone for `make run` from scratch)")
     ap.add_argument("--note", default="", help="what else a reader should know (e.g. 'pip cache warm')")
     ap.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command")
-    args = ap.parse_args()
+    args = bench_args(ap, quick={})
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not cmd:
         ap.error("give the command after --")
     cwd = Path(args.cwd).resolve()
-    log = RESULTS / f"timing_{args.name}.log"
+    log = args.results / f"timing_{args.name}.log"
     # the machine and commit of the checkout that runs the command (a clone's own commit)
     here = os.getcwd()
     os.chdir(cwd)
@@ -53,8 +53,8 @@ def main() -> int:
         "wall_min": round(wall / 60, 1), "started": started.isoformat(timespec="seconds"),
         "ended": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "run_commit": git.stdout.strip() or None, "run_dirty": bool(dirty.stdout.strip()),
-        "run_machine": facts, "note": args.note, "log": str(log.relative_to(RESULTS.parent.parent)),
-        "log_tail": tail})
+        "run_machine": facts, "note": args.note, "log": str(log.resolve().relative_to(REPO) if log.resolve().is_relative_to(REPO) else log),
+        "log_tail": tail}, args)
     print(f"{' '.join(cmd)}: rc {rc} in {wall / 60:.1f} min -> {path}")
     return rc
 

@@ -136,7 +136,7 @@ def has_student(tenant: dict) -> bool:
 
 
 def tenant_sft_targets(cfg: dict, tenant: dict) -> str:
-    """What one tenant's student learns (qrewrite.training.targets): its own `sft_targets`, else train.sft.targets."""
+    """What one tenant's student learns (qrewrite.training.sft.targets): its own `sft_targets`, else train.sft.targets."""
     return tenant.get("sft_targets") or cfg["train"]["sft"]["targets"]
 
 

@@ -27,7 +27,7 @@ _MARK = "QREWRITE_IN_ENV"
 
 def repo_pythonpath(environ=os.environ) -> str:
     """The repo first (trainer subprocesses import qrewrite for the reward), then whatever PYTHONPATH held:
-    on the GPU machine that is the pip --target folder the staged wheels went into (qrewrite.training.wheel_stage)."""
+    on the GPU machine that is the pip --target folder the staged wheels went into (tools.gpukit.wheel_stage)."""
     return os.pathsep.join(p for p in (str(REPO), environ.get("PYTHONPATH", "")) if p)
 
 

@@ -1,10 +1,10 @@
 """Build the project's images with podman, save them for Apptainer, run commands in them.
 
-    python scripts/containers.py build [IMAGE ...] [--torch cpu|cuda] [--wheels DIR]   # make containers: cpu swift
-    python scripts/containers.py build verl --resolve-only                           # verl's pins resolve?
-    python scripts/containers.py save IMAGE ... [--out-dir containers]                  # OCI archive per image
-    python scripts/containers.py run IMAGE [--network host] -- COMMAND ...              # in the image, repo mounted
-    python scripts/containers.py ref IMAGE [--torch cpu|cuda]                            # its reference and digest
+    python3 -m scripts.containers build [IMAGE ...] [--torch cpu|cuda] [--wheels DIR]   # make containers: cpu swift
+    python3 -m scripts.containers build verl --resolve-only                           # verl's pins resolve?
+    python3 -m scripts.containers save IMAGE ... [--out-dir containers]                  # OCI archive per image
+    python3 -m scripts.containers run IMAGE [--network host] -- COMMAND ...              # in the image, repo mounted
+    python3 -m scripts.containers ref IMAGE [--torch cpu|cuda]                            # its reference and digest
 
 One recipe per image: containers/<image>.Containerfile (cpu, swift, verl), each FROM containers/base.Containerfile,
 which is FROM a Debian bookworm root filesystem made here with debootstrap (no image registry is needed). The
@@ -34,9 +34,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
-from qrewrite.lineage.container import DIGEST_ENV, IMAGE_ENV, OCI_PREFIX  # noqa: E402
+from qrewrite.lineage.container import DIGEST_ENV, IMAGE_ENV, OCI_PREFIX
 
 IMAGES = ("cpu", "swift", "verl")
 ROOTFS = "localhost/qrewrite-rootfs:bookworm"

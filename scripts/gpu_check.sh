@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU check of the ms-swift training chain on one CUDA device, through the pipeline's own functions
-# (qrewrite.training.sft.run_sft -> merge.merge_lora -> rl_data.write_rl_data -> rl_swift.run_swift_grpo)
+# (qrewrite.training: sft.train.run_sft -> swift.merge.merge_lora -> rl.data.write_rl_data -> rl.swift_grpo.run_swift_grpo)
 # with train.device=cuda (bf16). Not part of the pipeline or of CI: it proves the cuda path trains and
 # measures it (see docs/gpu-check.md for the numbers and how it was run).
 #
@@ -27,7 +27,7 @@ cat "$STAGE"/gguf.part0 "$STAGE"/gguf.part1 > "$WORK/SmolLM2-135M-Instruct.Q4_1.
 stamp "gguf reassembled"
 
 # 2. the wheels go straight into the image's python (a throwaway machine): a --target dir on
-#    PYTHONPATH would be lost where rl_swift sets PYTHONPATH for the reward plugin.
+#    PYTHONPATH would be lost where rl.swift_grpo sets PYTHONPATH for the reward plugin.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir "$WHEELS"/*.whl "$STAGE"/*.whl
 stamp "wheels installed"
 python3 - <<'EOF' | tee "$OUT/versions.txt"
@@ -46,7 +46,7 @@ nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,nohead
 SMI=$!
 trap 'kill $SMI 2>/dev/null || true' EXIT
 
-python3 -m qrewrite.training.base_model "$WORK/base" --gguf "$WORK/SmolLM2-135M-Instruct.Q4_1.gguf"
+python3 -m qrewrite.training.base_model.convert "$WORK/base" --gguf "$WORK/SmolLM2-135M-Instruct.Q4_1.gguf"
 stamp "base model converted"
 
 # 4. the chain, one stage after the other; a failed stage is recorded and ends the run
@@ -70,11 +70,11 @@ cfg_path = W / "config.yaml"
 cfg_path.write_text(yaml.safe_dump(raw, allow_unicode=True), encoding="utf-8")
 
 from qrewrite.config import load_config
-from qrewrite.training import swift_cmds as sc
-from qrewrite.training.merge import merge_lora
-from qrewrite.training.rl_data import write_rl_data
-from qrewrite.training.rl_swift import run_swift_grpo
-from qrewrite.training.sft import run_sft
+from qrewrite.training.swift import runner
+from qrewrite.training.swift.merge import merge_lora
+from qrewrite.training.rl.data import write_rl_data
+from qrewrite.training.rl.swift_grpo import run_swift_grpo
+from qrewrite.training.sft.train import run_sft
 
 cfg = load_config(cfg_path)
 sft = REPO / "results/fivedoctors/sft"
@@ -125,7 +125,7 @@ finally:  # the logs come back also from a failed run
 try:
     from tensorboard.backend.event_processing import event_accumulator
     scalars = {}
-    for f in sc.event_files(W / "grpo_tb"):
+    for f in runner.event_files(W / "grpo_tb"):
         ea = event_accumulator.EventAccumulator(str(f), size_guidance={event_accumulator.SCALARS: 0})
         ea.Reload()
         for tag in ea.Tags()["scalars"]:

@@ -12,7 +12,7 @@ mark() { echo "{\"event\": \"$1\", \"part\": \"$PART\", \"t_s\": $SECONDS}" >> "
 left() { echo $(( DEADLINE_S - SECONDS )); }
 phase() {  # NAME [phase options] -- COMMAND: stopped by the deadline at the latest
   local name=$1; shift
-  $PY -m qrewrite.gpucheck.phase --name "$name" --log "$W/logs/$name.log" --status "$W/status/$name.json" \
+  $PY -m tools.gpukit.phase --name "$name" --log "$W/logs/$name.log" --status "$W/status/$name.json" \
     --budget "$(left)" "$@"
 }
 
@@ -22,7 +22,7 @@ kit_install() {  # the wheels into $W/site, once per machine and kit (part 2 and
   stamp=$(sha256sum "$STAGE/chunk-00/manifest.json" | cut -d' ' -f1)
   if [ "$(cat "$SITE/.kit" 2>/dev/null)" != "$stamp" ]; then
     rm -rf "$SITE" "$W/files"
-    $PY -m qrewrite.training.wheel_stage install "$STAGE" --target "$SITE" --files-to "$W/files" | tail -1 || return 1
+    $PY -m tools.gpukit.wheel_stage install "$STAGE" --target "$SITE" --files-to "$W/files" | tail -1 || return 1
     # bytecode once here, in parallel, instead of in each of the runs' many processes
     $PY -m compileall -q -j 0 "$SITE" >/dev/null 2>&1
     echo "$stamp" > "$SITE/.kit"

@@ -2,10 +2,10 @@
 # The GPU learning run (docs/gpu-check.md "The learning run"): verl GRPO with LoRA on a tenant's real SFT student, the
 # project's reward and vLLM rollouts, then the project's eval of RL beside its SFT parent, from the kit `make gpu-kit`
 # staged (.gpu/chunks: the wheels; .gpu/learn-chunks: the base GGUF, the SFT adapter, the tenant's data).
-#   part 1: install (once per machine) -> student: GGUF -> base, + the SFT adapter (gpucheck.student) -> GRPO started
+#   part 1: install (once per machine) -> student: GGUF -> base, + the SFT adapter (gpukit.student) -> GRPO started
 #           in its own session (one epoch of the RL prompts: `qrewrite rl`, rl.backend verl, run_config.LEARN), and
 #           while verl starts: the student checked against the CPU's rewrites, and the SFT half of the eval
-#   part 2: wait for GRPO (it outlives part 1's call), then the eval with RL (gpucheck.learn_eval: the release
+#   part 2: wait for GRPO (it outlives part 1's call), then the eval with RL (gpukit.learn_eval: the release
 #           chosen on validation; test Hit@1 of query + history, teacher, SFT, RL, release; RL − SFT), collect
 #   -> $OUT: summary.json (student, steps, reward, times, GPU memory, eval, verdict), eval.json, grpo.log.gz,
 #      nvsmi.csv, results.tar.gz (the rest: learn_collect): 5 files of the 8 a call brings back.
@@ -36,7 +36,7 @@ R=(--rehearse); [ $REHEARSE = 1 ] || R=()
 
 mkdir -p "$OUT"
 if [ "$PART" != 2 ]; then
-  $PY -m qrewrite.gpucheck.phase --stop-all 2>/dev/null  # a previous attempt's runs (they outlive its call)
+  $PY -m tools.gpukit.phase --stop-all 2>/dev/null  # a previous attempt's runs (they outlive its call)
   # this run's scratch only; the installed kit, the converted base and the merged student stay for a rerun
   rm -rf "$W"/{logs,status,stats,cfg,runs,tb,timeline.jsonl,eval.json,eval-sft.json,memo.json} "$W/models/rl"
 fi
@@ -48,7 +48,7 @@ L=$W/learn
 LSTAMP=$(sha256sum "$LSTAGE/chunk-00/manifest.json" | cut -d' ' -f1)
 if [ "$(cat "$L/.kit" 2>/dev/null)" != "$LSTAMP" ]; then
   rm -rf "$L" "$W/learn-files" "$W/models/sft" "$W/models/base"
-  $PY -m qrewrite.training.wheel_stage install "$LSTAGE" --target "$W/site" --files-to "$W/learn-files" | tail -1 \
+  $PY -m tools.gpukit.wheel_stage install "$LSTAGE" --target "$W/site" --files-to "$W/learn-files" | tail -1 \
     || exit 1
   mkdir -p "$L" && tar xzf "$W/learn-files/learn-payload.tar.gz" -C "$L" || exit 1
   echo "$LSTAMP" > "$L/.kit"
@@ -56,33 +56,33 @@ fi
 gpu_sampler
 mark installed
 TENANT=$($PY -c "import yaml,sys; print(yaml.safe_load(open(sys.argv[1]))['tenants'][0]['name'])" "$L/config.yaml")
-$PY -m qrewrite.gpucheck.run_config --learn "$L" --out "$W/cfg" "${R[@]}" >/dev/null || exit 1
+$PY -m tools.gpukit.run_config --learn "$L" --out "$W/cfg" "${R[@]}" >/dev/null || exit 1
 
 finish() {
   cp "$W/nvsmi.csv" "$OUT/" 2>/dev/null
-  $PY -m qrewrite.gpucheck.learn_collect "$W" "$OUT" --part "$PART" "${R[@]}"
+  $PY -m tools.gpukit.learn_collect "$W" "$OUT" --part "$PART" "${R[@]}"
   local rc=$?
   say "done (part $PART, rc $rc)"
   exit $rc
 }
-EVAL=($PY -m qrewrite.gpucheck.learn_eval --config "$W/cfg/learn.yaml" --data "$L/data" --memo "$W/memo.json"
+EVAL=($PY -m tools.gpukit.learn_eval --config "$W/cfg/learn.yaml" --data "$L/data" --memo "$W/memo.json"
       ${EVAL_ROWS:+--max-rows $EVAL_ROWS})
 
 if [ "$PART" != 2 ]; then
   if [ ! -f "$W/models/sft/config.json" ]; then
     say "student: $TENANT's SFT student from the base GGUF and its adapter"
-    phase student -- $PY -m qrewrite.gpucheck.student build --gguf "$W/learn-files/base.gguf" --adapter "$L/sft" \
+    phase student -- $PY -m tools.gpukit.student build --gguf "$W/learn-files/base.gguf" --adapter "$L/sft" \
       --base-dir "$W/models/base" --out "$W/models/sft" --tenant-config "$W/cfg/learn.yaml" --stats "$W/stats/student.json" || finish
   fi
   mark student
   say "grpo: one epoch of the RL prompts, in its own session (budget ${RL_BUDGET_S} s)"
-  setsid $PY -m qrewrite.gpucheck.phase --name grpo --log "$W/logs/grpo.log" --status "$W/status/grpo.json" \
+  setsid $PY -m tools.gpukit.phase --name grpo --log "$W/logs/grpo.log" --status "$W/status/grpo.json" \
     --budget "$RL_BUDGET_S" -- $PY -m qrewrite rl --config "$W/cfg/learn.yaml" --tenant "$TENANT" \
     --model "$W/models/sft" --data-dir "$L/data/rl" --reward-check "$L/data/reward_check.json" --out "$W/models/rl" \
     --run-dir "$W/runs/grpo" --tb "$W/tb/grpo" --stats "$W/stats/grpo.json" --threads 8 \
     > "$W/logs/grpo.phase.log" 2>&1 < /dev/null &
   say "student check: its rewrites against the CPU's"
-  phase student_check -- $PY -m qrewrite.gpucheck.student compare --model "$W/models/sft" \
+  phase student_check -- $PY -m tools.gpukit.student compare --model "$W/models/sft" \
     --tenant-config "$W/cfg/learn.yaml" --reference "$L/reference.json" --out "$W/stats/student_check.json" \
     --device "$DEV"
   say "eval, SFT half (while verl starts)"

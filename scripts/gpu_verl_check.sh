@@ -5,8 +5,8 @@
 #           checkpoint, and beside it GRPO (16 generations a prompt, 4 steps, merged model + lineage)
 #   part 2: the PPO command again: it must resume from global_step_2 and end at step 4 (merged model + lineage)
 #   -> $OUT: summary.json (per-step times, reward, GPU memory, resume, models, failures), logs, nvidia-smi samples.
-# A verl + vLLM start takes 200-260 s on the lent H200 (measured 2026-11-26), so the two parts are two device
-# calls of about 6 and 5 minutes (one call may run 10); PART=all runs both in one go (a cluster node).
+# A verl + vLLM start takes minutes on the lent GPU (docs/notes/2026-11-26-verl-on-one-gpu-fixes-and-leases.md), so
+# the two parts are two device calls, each within the 10 minutes one call may run; PART=all runs both in one go (a cluster node).
 #
 #   device:    PART=1 bash scripts/gpu_verl_check.sh STAGE OUT; then PART=2 ... (STAGE: the gathered chunks)
 #   rehearsal: bash scripts/gpu_verl_check.sh --rehearse .gpu/chunks OUT   (CPU, `make gpu-rehearsal`: the same kit in
@@ -31,7 +31,7 @@ SECONDS=0
 source "$(dirname "$0")/gpu_kit_lib.sh"
 
 # a previous call's runs on this machine (their own process sessions outlive a call): stop them first
-$PY -m qrewrite.gpucheck.phase --stop-all 2>/dev/null
+$PY -m tools.gpukit.phase --stop-all 2>/dev/null
 mkdir -p "$OUT"
 if [ "$PART" != 2 ]; then
   rm -rf "$W"/{logs,status,stats,cfg,runs,models,tb,kit,timeline.jsonl,env.json}  # the check's scratch only
@@ -46,7 +46,7 @@ mark installed
 
 finish() {  # collect what there is, judge it, exit with the verdict
   cp "$W/nvsmi.csv" "$OUT/" 2>/dev/null
-  $PY -m qrewrite.gpucheck.collect "$W" "$OUT" --part "$PART" $([ $REHEARSE = 1 ] && echo --rehearsal)
+  $PY -m tools.gpukit.collect "$W" "$OUT" --part "$PART" $([ $REHEARSE = 1 ] && echo --rehearsal)
   local rc=$?
   say "done (part $PART, rc $rc)"
   exit $rc
@@ -54,11 +54,11 @@ finish() {  # collect what there is, judge it, exit with the verdict
 
 if [ "$PART" != 2 ]; then
   if [ -z "${SKIP_IMPORTS:-}" ]; then
-    $PY -m qrewrite.gpucheck.imports --out "$W/env.json" $([ $REHEARSE = 1 ] && echo --cpu) || {
+    $PY -m tools.gpukit.imports --out "$W/env.json" $([ $REHEARSE = 1 ] && echo --cpu) || {
       say "import check failed"; finish; }
     mark imports
   fi
-  $PY -m qrewrite.gpucheck.run_config --tenant "$TENANT" --out "$W/cfg" $([ $REHEARSE = 1 ] && echo --rehearse) \
+  $PY -m tools.gpukit.run_config --tenant "$TENANT" --out "$W/cfg" $([ $REHEARSE = 1 ] && echo --rehearse) \
     >/dev/null || exit 1
 fi
 

@@ -20,7 +20,7 @@ From one CQR file (``../shared/data/cqr/cqr_kvret_{dev,test}_public.json``) it w
 * ``config.yaml``: a Snakemake ``--configfile`` with this one tenant and the gold rewrites as the teacher
   (``teacher.provider: column``); it replaces config.yaml's tenant list, the rest of config.yaml applies.
 
-    python scripts/make_cqr_tenant.py --split test --out data/cqr     # make cqr runs this
+    python -m scripts.make_cqr_tenant --split test --out data/cqr     # make cqr runs this
     snakemake --cores 2 --configfile data/cqr/config.yaml
 """
 
@@ -37,10 +37,9 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from qrewrite.data.excel import build_excel  # noqa: E402
-from qrewrite.io_utils import publish_changed, write_text_atomic, write_jsonl  # noqa: E402
+from qrewrite.data.excel import build_excel
+from qrewrite.io_utils import publish_changed, write_text_atomic, write_jsonl
 
 SHARED = ROOT.parent / "shared" / "data" / "cqr"
 COLUMNS = {"query": "utterance", "profile": None, "history": "history", "gold": "gold_doc_ids",

@@ -37,7 +37,7 @@ SEED = 20240611
 N_QUERIES = 240
 N_DUPLICATES = 4
 # A second batch drawn after the first (its own RNG stream), so the first 244 lines, which the gold sets and red-team
-# files cite, stay as they were: more test rows for the eval (issue 30: ~70 a tenant), not more training rows
+# files cite, stay as they were: more test rows for the eval (~70 a tenant, enough to tell the student's levers apart), not more training rows
 # (config.yaml's split gives the extra rows to test).
 N_EXTRA = 50
 

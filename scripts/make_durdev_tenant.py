@@ -7,10 +7,10 @@ the release's validation rule over three draws of its split, docs/notes/2026-12-
 so it also sits beside the demo tenants in one config. Run again, it leaves files whose bytes are the same untouched
 (their mtimes too), so Snakemake redoes nothing.
 
-    python scripts/make_durdev_tenant.py --out data/durdev        # make durdev-data runs this
+    python -m scripts.make_durdev_tenant --out data/durdev        # make durdev-data runs this
     snakemake --cores 2 --configfile data/durdev/config.yaml       # make durdev: its whole pipeline
     # another arm on another draw of the split (docs/training.md): make durdev DURDEV_ARGS="--sft-targets
-    # history" DURDEV_CONFIGFILES=bench/split_seed11.yaml
+    # history" DURDEV_CONFIGFILES=studies/2026-12-07-durdev-split-seed11/split_seed11.yaml
 
 A row's gold document is its own human rewrite; the other rewrites of the same utterance are distractors in the
 KB, so the utterance alone cannot find its document: only the history can.
@@ -27,9 +27,8 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from qrewrite.io_utils import publish_changed, write_text_atomic  # noqa: E402
+from qrewrite.io_utils import publish_changed, write_text_atomic
 
 SOURCE = ROOT.parent / "shared" / "data" / "dur-dev"
 SYSTEM_PROMPT = ("你是闲聊对话的改写助手。把用户最后一句话改写成完整独立的句子：用对话历史补全其中的指代和省略，"

@@ -24,9 +24,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from qrewrite.io_utils import publish_changed  # noqa: E402
+from qrewrite.io_utils import publish_changed
 
 # (name, short name people use, city)
 SIGHTS = [

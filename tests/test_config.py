@@ -258,11 +258,13 @@ def test_a_config_without_a_base_model_is_refused_saying_what_to_set(base):
 
 
 def test_every_config_in_the_repo_names_its_base_model():
-    """config.yaml, and the overlays merged over it (.ci/gpu-kit.yaml's {layers: 4}, bench/*.yaml) still load."""
+    """config.yaml, and the overlays merged over it (.ci/gpu-kit.yaml's {layers: 4}, bench/*.yaml, studies/*/*.yaml)
+    still load."""
     from qrewrite.config import merged_config_files
 
     assert load_config(REPO / "config.yaml")["base_model"]["source"] == "qwen2.5-0.5b"
-    overlays = [REPO / ".ci" / "gpu-kit.yaml", *sorted((REPO / "bench").glob("*.yaml"))]
+    overlays = [REPO / ".ci" / "gpu-kit.yaml", *sorted((REPO / "bench").glob("*.yaml")),
+                *sorted((REPO / "studies").glob("*/*.yaml"))]
     for overlay in overlays:
         cfg = validate_config(merged_config_files([REPO / "config.yaml", overlay]), source=str(overlay))
         assert cfg["base_model"]["source"] == "qwen2.5-0.5b", overlay

@@ -1,4 +1,4 @@
-"""No silent empty outputs in the data half (issue 22): a stage whose output would hold no usable row stops,
+"""No silent empty outputs in the data half: a stage whose output would hold no usable row stops,
 naming why and what to change, and writes nothing; a teacher that hands the questions back, or a split that
 drops most rows, warns on the console and in summary.json. Real stages on a user's tenant (tests/test_onboarding.py's
 acme: the fivedoctors demo re-keyed, its own column and field names), through Snakemake where the console matters.

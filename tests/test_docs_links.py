@@ -13,7 +13,8 @@ import pytest
 
 from conftest import REPO
 
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "bench" / "README.md"]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "bench" / "README.md",
+        *sorted((REPO / "studies").glob("**/README.md"))]
 
 FENCE = re.compile(r"^[ \t]*(```|~~~).*?^[ \t]*\1[ \t]*$", flags=re.M | re.S)
 INLINE_CODE = re.compile(r"(`+).+?\1", flags=re.S)
@@ -100,7 +101,7 @@ def test_the_link_check_finds_broken_links(tmp_path):
 
 
 def test_the_readme_is_short_and_links_every_docs_page():
-    """README.md is the ten-minute read (issue 32: at most 250 lines); every page under docs/ is reachable from it."""
+    """README.md is the ten-minute read (at most 250 lines); every page under docs/ is reachable from it."""
     readme = REPO / "README.md"
     assert len(readme.read_text(encoding="utf-8").splitlines()) <= 250
     linked = {(readme.parent / t.partition("#")[0]).resolve() for t in links(readme) if not SCHEME.match(t)}

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from conftest import Project
-from qrewrite.eval import stats
+from qrewrite import stats
 from qrewrite.paths import eval_paths, tenant_paths
 
 TENANT = "fivedoctors"

@@ -73,7 +73,8 @@ def test_durdev_sits_beside_the_demo_tenants_with_its_own_teacher(tmp_path):
     proc = subprocess.run(script, capture_output=True, text=True, cwd=project.root)
     assert proc.returncode == 0, proc.stderr  # ../shared/data/dur-dev is there on every machine of the project
     plain = yaml.safe_load((project.root / "data" / "durdev" / "config.yaml").read_text())["tenants"][0]
-    # its SFT targets by default: the people's rewrites, as the global setting (re-decided on validation, 2026-12-07)
+    # its SFT targets by default: the people's rewrites, as the global setting (re-decided on validation:
+    # docs/notes/2026-12-07-durdev-sft-targets-redecided.md)
     assert plain["sft_targets"] == "teacher" == project.config["train"]["sft"]["targets"]
     # run again, the script leaves its files as they were: the pipeline redoes nothing
     stamps = {p.name: p.stat().st_mtime_ns for p in (project.root / "data" / "durdev").iterdir()}
@@ -114,7 +115,7 @@ def test_durdev_sits_beside_the_demo_tenants_with_its_own_teacher(tmp_path):
 
 def test_building_the_tenant_again_leaves_unchanged_files_untouched(tmp_path):
     """`make cqr` builds the tenant's files each time: rewritten with a new mtime, the same bytes made Snakemake
-    redo the reward check and everything after it, SFT included (2026-12-04)."""
+    redo the reward check and everything after it, SFT included."""
     out = tmp_path / "data" / "cqr"
 
     def build() -> dict:

@@ -1,4 +1,4 @@
-"""The verl GPU check's kit and machinery (qrewrite.gpucheck, scripts/gpu_verl_check.sh), on CPU.
+"""The verl GPU check's kit and machinery (tools.gpukit, scripts/gpu_verl_check.sh), on CPU.
 
 * the list of what stays home (envs/gpu-kit-exclude.txt) against the plan `make gpu-kit` resolved: every line
   names a resolved package and gives a reason; nothing the kit carries is on it; the kit's size limits hold;
@@ -17,7 +17,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import zipfile
 from pathlib import Path
 
@@ -26,9 +25,9 @@ import yaml
 
 from conftest import REPO
 from qrewrite.errors import QrewriteError
-from qrewrite.gpucheck import collect, kit, run_config
-from qrewrite.gpucheck.slim import slim_wheel
-from qrewrite.training import wheel_stage as ws
+from tools.gpukit import collect, kit, run_config
+from tools.gpukit import wheel_stage as ws
+from tools.gpukit.slim import slim_wheel
 
 GPU = REPO / ".gpu"
 
@@ -140,7 +139,7 @@ def test_phase_stops_the_run_after_its_checkpoint_with_every_process(tmp_path):
     script = tmp_path / "fake.sh"
     script.write_text(FAKE_RUN, encoding="utf-8")
     status = tmp_path / "s.json"
-    proc = subprocess.run([sys.executable, "-m", "qrewrite.gpucheck.phase", "--name", "ppo_a", "--log",
+    proc = subprocess.run([sys.executable, "-m", "tools.gpukit.phase", "--name", "ppo_a", "--log",
                            str(tmp_path / "ppo_a.log"), "--status", str(status), "--budget", "60",
                            "--kill-after-step", "2", "--run-dir", str(run), "--critic", "--",
                            "bash", str(script), str(run)], cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -156,7 +155,7 @@ def test_phase_stops_the_run_after_its_checkpoint_with_every_process(tmp_path):
 
 def test_phase_budget_stops_a_run_that_hangs(tmp_path):
     status = tmp_path / "s.json"
-    proc = subprocess.run([sys.executable, "-m", "qrewrite.gpucheck.phase", "--name", "grpo", "--log",
+    proc = subprocess.run([sys.executable, "-m", "tools.gpukit.phase", "--name", "grpo", "--log",
                            str(tmp_path / "g.log"), "--status", str(status), "--budget", "2", "--",
                            "bash", "-c", "echo start; sleep 302"], cwd=REPO, capture_output=True, text=True,
                           timeout=60)

@@ -1,4 +1,4 @@
-"""The GPU learning run's kit and its on-device steps (qrewrite.gpucheck.{learn_kit, student, learn_eval,
+"""The GPU learning run's kit and its on-device steps (tools.gpukit.{learn_kit, student, learn_eval,
 learn_collect}, scripts/gpu_rl_learn.sh), on CPU.
 
 * the call plan: every call carries less than a call may, the learning script's two parts come last, the plan fits
@@ -25,9 +25,9 @@ import yaml
 from conftest import REPO
 from test_gpu_kit import GPU, built
 from qrewrite.errors import QrewriteError
-from qrewrite.gpucheck import learn_collect, learn_kit, run_config, student
-from qrewrite.training import wheel_stage as ws
-from qrewrite.training.qwen_wheels import QWEN_PINS
+from qrewrite.training.base_model.qwen_wheels import QWEN_PINS
+from tools.gpukit import learn_collect, learn_kit, run_config, student
+from tools.gpukit import wheel_stage as ws
 
 
 
@@ -143,7 +143,7 @@ def test_the_on_device_eval_chooses_on_validation_and_scores_test(tmp_path, smol
     from test_reward_frameworks import train_python
 
     data, config = _kit_data(tmp_path)
-    cmd = [str(train_python("swift")), "-m", "qrewrite.gpucheck.learn_eval", "--config", str(config), "--data",
+    cmd = [str(train_python("swift")), "-m", "tools.gpukit.learn_eval", "--config", str(config), "--data",
            str(data), "--model", f"sft={smollm2_base}", "--model", f"rl={smollm2_base}", "--memo",
            str(tmp_path / "memo.json"), "--threads", "2"]
     env = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -242,7 +242,7 @@ def test_blended_judge_mixes_the_model_and_the_rule_and_keeps_failures():
 TEACH = """
 import json, sys, torch
 from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
-from qrewrite.training.base_model import find_gguf
+from qrewrite.training.base_model.convert import find_gguf
 from qrewrite.reward.judge_prompt import messages
 out, target = sys.argv[1], sys.argv[2]
 g = find_gguf()

@@ -18,7 +18,7 @@ import pytest
 from conftest import REPO, Project
 from qrewrite.config import load_config
 from qrewrite.io_utils import sha256_file
-from qrewrite.lineage.record import write_lineage
+from qrewrite.workflow.record import write_lineage
 from qrewrite.lineage.verify import verify_lineage
 from qrewrite.paths import BASE_MODEL, artifact_paths, tenant_paths
 from qrewrite.workflow.stages import upstream

@@ -1,7 +1,7 @@
 """A user's own tenant, as README "Your own tenant in five minutes" adds it: an Excel and a KB made outside
 data/demo (other column names, a differently named gold column, KB fields {id, title, text}), and the nine
-onboarding frictions of issue 12, each pinned by a test here. The section's tenant entry and commands are read
-out of README.md and run as written, with a PATH that does not hold .venv/bin (issue 22).
+onboarding frictions a first user met, each pinned by a test here. The section's tenant entry and commands are read
+out of README.md and run as written, with a PATH that does not hold .venv/bin.
 """
 
 from __future__ import annotations

@@ -37,15 +37,15 @@ TINY = {
     "base_model": TINY_BASE,
     # one thread a job and the smallest batches that keep every path: `make test` runs two test files at a time
     # (Makefile), and a 2-thread torch job beside another process loses more than it gains on 2 cores
-    # one validation-loss evaluation, after the last step (schedule() rounds 2 / 18 evaluations up to 1): each costs
-    # 40-55 s of a run at one thread (20 validation rows), and the runs of this config are several in `make test`
+    # one validation-loss evaluation, after the last step (schedule() rounds 2 / 18 evaluations up to 1): each generates
+    # every validation row (20) at one thread, more than the 2 training steps cost, and the runs of this config are several in `make test`
     "train": {"device": "cpu", "threads": 1, "sft": {"max_steps": 2, "per_device_train_batch_size": 1,
                                                       "per_device_eval_batch_size": 8, "gradient_accumulation_steps": 1,
                                                       "max_length": 512, "evals_per_epoch": 1,
                                                       "logging_steps": 1, "learning_rate": 2.0e-4}},
     # the release with one decoding (plain greedy): the decoding levers, copy_bias among them, are
     # tests/test_release.py's; here each generation of the validation rows costs minutes of the shared run
-    "release": {"candidates": ["query_history", "sft", "rl"], "decoding": [{}], "margin": 0.0},
+    "release": {"candidates": ["query_history", "sft", "rl"], "decoding": [{}], "margin_rows": 0.5},
     "rl": {"backend": "swift-grpo", "swift_grpo": {"max_steps": 1, "per_device_train_batch_size": 2,
                                                    "num_generations": 2, "max_completion_length": 16,
                                                    "max_length": 512, "save_steps": 1}},
@@ -179,7 +179,7 @@ def test_models_are_made_for_both_tenants(run):
         assert -1.0 <= rl["reward"]["last"]["reward_mean"] <= 1.0
         assert rl["reward"]["rag_calls"] + rl["reward"]["rag_cache_hit_rate"] > 0
         assert rl["reward"]["judge_calls"] > 0  # the judge really was the API, with the key
-        # the rl stage compared the RL model with its SFT parent on the validation prompts (training/rl_guard.py)
+        # the rl stage compared the RL model with its SFT parent on the validation prompts (training/rl/guard.py)
         vs = rl["vs_sft"]
         assert vs["n"] > 0 and vs["basis"] in ("hit_at_1", "reward") and isinstance(vs["worse_beyond_noise"], bool)
         assert vs["means"]["sft"]["reward"] is not None and 0 < vs[vs["basis"]]["n"] <= vs["n"]
@@ -195,7 +195,7 @@ def test_models_are_made_for_both_tenants(run):
         # them with the same weights, prompts and decoding (qrewrite.eval.reuse): not generated twice
         assert {c["name"]: c.get("reused_from") for c in rel["candidates"]} == {
             "query_history": None, "sft": p["rl_val_rewrites"], "rl": p["rl_val_rewrites"]}
-        assert rel["released"]["name"] == choose(rel["candidates"], rel["decision"]["margin"])["name"]
+        assert rel["released"]["name"] == choose(rel["candidates"], rel["decision"]["margin_rows"])["name"]
         assert rel["n_with_gold"] == len([r for r in run.project.read_jsonl(p["val"]) if r["meta"]["gold_doc_ids"]])
         assert (rel["released"]["kind"] == "model") == (root / p["release"] / "config.json").is_file()
         assert sft["schedule"]["planned_steps"] == 2 and sft["stopped"] in ("epochs done", "early stop")

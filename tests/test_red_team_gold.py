@@ -200,7 +200,7 @@ def test_eval_reports_gold_and_red_team_apart(project):
 # --- RL ---------------------------------------------------------------------------------------------------
 
 def test_rl_mix_keeps_the_share_and_the_sft_order():
-    from qrewrite.training.rl_data import mix_in
+    from qrewrite.training.rl.data import mix_in
 
     recs = [{"query_id": f"s{i}"} for i in range(90)]
     out = mix_in(recs, [{"query_id": "r0"}, {"query_id": "r1"}], 0.1)

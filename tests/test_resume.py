@@ -16,8 +16,10 @@ from conftest import REPO
 from qrewrite.config import load_config
 from qrewrite.errors import QrewriteError
 from qrewrite.training import resume
-from qrewrite.training import rl_swift, rl_verl, sft
-from qrewrite.training import swift_cmds as sc
+from qrewrite.training.rl import swift_grpo as rl_swift
+from qrewrite.training.rl.verl import train as rl_verl
+from qrewrite.training.sft import train as sft
+from qrewrite.training.swift import runner
 
 
 def hf_checkpoint(run: Path, step: int, *, complete: bool = True) -> Path:
@@ -148,7 +150,7 @@ def test_sft_resumes_a_killed_run_from_its_last_complete_checkpoint(cfg, tmp_pat
     base, train, val = _inputs(tmp_path)
     run, tb, out = tmp_path / "run", tmp_path / "tb", tmp_path / "adapter"
     fake = FakeTrainer(run, tb)
-    monkeypatch.setattr(sc, "run_swift", fake)
+    monkeypatch.setattr(runner, "run_swift", fake)
     kw = dict(base=str(base), train=str(train), val=str(val), out=str(out), run_dir=str(run), tb_dir=str(tb))
     with pytest.raises(QrewriteError):
         sft.run_sft(cfg, **kw)
@@ -164,7 +166,7 @@ def test_sft_does_not_resume_when_the_data_changed(cfg, tmp_path, monkeypatch):
     base, train, val = _inputs(tmp_path)
     run, tb = tmp_path / "run", tmp_path / "tb"
     fake = FakeTrainer(run, tb)
-    monkeypatch.setattr(sc, "run_swift", fake)
+    monkeypatch.setattr(runner, "run_swift", fake)
     kw = dict(base=str(base), train=str(train), val=str(val), out=str(tmp_path / "a"), run_dir=str(run),
               tb_dir=str(tb))
     with pytest.raises(QrewriteError):
@@ -179,7 +181,7 @@ def _grpo_run(tmp_path, monkeypatch, trainer=FakeTrainer):
     base, train, _ = _inputs(tmp_path)
     run, tb = tmp_path / "run", tmp_path / "tb"
     fake = trainer(run, tb)
-    monkeypatch.setattr(sc, "run_swift", fake)
+    monkeypatch.setattr(runner, "run_swift", fake)
     merged = []
     monkeypatch.setattr(rl_swift, "merge_lora", lambda cfg, **kw: merged.append(kw) or {"wall_s": 0.1})
     conf = tmp_path / "config.yaml"

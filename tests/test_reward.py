@@ -556,7 +556,7 @@ def test_clean_rollout(raw, clean):
 
 def test_verl_compute_score_entry(tmp_path, monkeypatch, retriever):
     from qrewrite.reward.ground_truth import make_ground_truth
-    from qrewrite.training.verl_dataset import to_verl_row
+    from qrewrite.training.rl.verl.dataset import to_verl_row
     from qrewrite.reward import verl_reward
 
     cfg_path = tmp_path / "config.yaml"

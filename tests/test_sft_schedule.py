@@ -1,4 +1,4 @@
-"""SFT is set in epochs: the steps follow from the tenant's rows (qrewrite.training.sft.schedule), validation loss is
+"""SFT is set in epochs: the steps follow from the tenant's rows (qrewrite.training.sft.train.schedule), validation loss is
 measured a few times an epoch with the best checkpoint kept and early stopping, and an optional wall-clock cap stops
 the trainer's whole process group."""
 
@@ -15,8 +15,8 @@ import yaml
 
 from conftest import REPO, TINY_BASE, Project
 from qrewrite.errors import QrewriteError
-from qrewrite.training import swift_cmds as sc
-from qrewrite.training.sft import schedule
+from qrewrite.training.swift import runner
+from qrewrite.training.sft.train import schedule
 
 HP = {"num_train_epochs": 2, "evals_per_epoch": 4, "per_device_train_batch_size": 4,
       "gradient_accumulation_steps": 1, "max_steps": None}
@@ -91,15 +91,15 @@ def test_the_wall_clock_cap_stops_the_whole_process_group(tmp_path):
                       "print('training', flush=True)\n"
                       "time.sleep(600)\n")
     start = time.monotonic()
-    wall, capped = sc.run_swift([sys.executable, str(script)], max_wall_s=3)
+    wall, capped = runner.run_swift([sys.executable, str(script)], max_wall_s=3)
     assert capped and 3 <= wall < 40 and time.monotonic() - start < 45
     child = int(pidfile.read_text())
     time.sleep(0.5)
     alive = subprocess.run(["ps", "-o", "stat=", "-p", str(child)], capture_output=True, text=True).stdout.strip()
     assert alive in ("", "Z"), f"the trainer's child {child} outlived the cap ({alive})"
-    assert sc.run_swift([sys.executable, "-c", "print('done')"]) < 30       # no cap: the wall time, as before
+    assert runner.run_swift([sys.executable, "-c", "print('done')"]) < 30       # no cap: the wall time, as before
     with pytest.raises(QrewriteError, match="exit code 3"):
-        sc.run_swift([sys.executable, "-c", "import sys; sys.exit(3)"], max_wall_s=60)
+        runner.run_swift([sys.executable, "-c", "import sys; sys.exit(3)"], max_wall_s=60)
 
 
 def test_sft_settings_are_epochs_in_the_shipped_config():

@@ -1,4 +1,4 @@
-"""SFT targets chosen by retrieval (qrewrite.training.targets, the sft_targets stage): per training and validation
+"""SFT targets chosen by retrieval (qrewrite.training.sft.targets, the sft_targets stage): per training and validation
 row, the teacher's rewrite, it + the history terms it dropped, or it + the history, whichever puts gold first with
 the widest margin, through the real local BM25 retriever over a small KB of chit-chat utterances."""
 
@@ -16,7 +16,7 @@ from qrewrite.kb import Doc
 from qrewrite.metrics import gold_ranking
 from qrewrite.rag.local import LocalRetriever
 from qrewrite.rag.providers import LocalRag
-from qrewrite.training.targets import (TARGETS, _choose_rows, choose, gold_margin, retarget, target_texts,
+from qrewrite.training.sft.targets import (TARGETS, _choose_rows, choose, gold_margin, retarget, target_texts,
                                        with_dropped_terms)
 
 REPO = Path(__file__).resolve().parents[1]

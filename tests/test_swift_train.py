@@ -9,7 +9,7 @@ import os
 import pytest
 
 from qrewrite.errors import QrewriteError
-from qrewrite.training import swift_cmds as sc
+from qrewrite.training.swift import commands as sc
 
 from conftest import REPO
 
@@ -63,7 +63,7 @@ def test_sft_precision_auto_follows_the_cpu(monkeypatch):
     the schema's default (null) is float32 on a CPU, bfloat16 on cuda, as before the setting existed."""
     from qrewrite import hardware
     from qrewrite.config import load_config
-    from qrewrite.training.sft import sft_hparams
+    from qrewrite.training.sft.train import sft_hparams
 
     cfg = load_config(str(REPO / "config.yaml"))
     cfg["train"]["sft"].pop("precision", None)
@@ -85,7 +85,7 @@ def test_grpo_precision_resolves_like_sfts_for_the_student_and_the_judge(monkeyp
     from qrewrite import hardware
     from qrewrite.config import load_config
     from qrewrite.judge.train import grpo_hparams as judge_grpo
-    from qrewrite.training.rl_swift import grpo_hparams
+    from qrewrite.training.rl.swift_grpo import grpo_hparams
 
     cfg = load_config(str(REPO / "config.yaml"))
     cfg["rl"]["swift_grpo"]["precision"] = None

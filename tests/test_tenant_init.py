@@ -13,12 +13,20 @@ from pathlib import Path
 
 import pytest
 import yaml
+from openpyxl import load_workbook
 
 from conftest import write_workbook
 from qrewrite.cli import main
 from qrewrite.config import load_config, tenant_config
 from qrewrite.errors import QrewriteError
-from qrewrite.onboard import scaffold
+from qrewrite.onboard.block import tenant_entry
+from qrewrite.onboard.columns import propose_columns
+from qrewrite.onboard.config_file import append_tenant, insert_tenant
+from qrewrite.onboard.kb_fields import propose_kb_fields
+from qrewrite.onboard.report import render_report
+from qrewrite.onboard.rows import max_query_chars, sample_rows
+from qrewrite.onboard.scaffold import propose
+from qrewrite.onboard.teachers import scoring_config
 from qrewrite.prompts import rewrite_messages
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,6 +43,12 @@ SIGHT_ASKS = ("它几点开门", "门票多少钱", "需要预约吗", "怎么�
 
 def write_xlsx(path: Path, header: list, rows: list[list], title: str = "测试集") -> Path:
     return write_workbook(path, header, rows, title)
+
+
+def read_sheet(path: Path) -> tuple[list, list[list]]:
+    ws = load_workbook(path).active
+    header, *rows = [[c.value for c in r] for r in ws.iter_rows()]
+    return header, rows
 
 
 def write_jsonl(path: Path, objs: list[dict]) -> Path:
@@ -152,18 +166,33 @@ def test_c_an_english_sheet_is_en_with_english_labels(tmp_path):
                        [[q, f"the user asked about the {c}", f"c{i}{a[0]}"] for i, c in enumerate(courses)
                         for a, q in zip(aspects, ("how much is it", "when does it meet", "who is it for"))],
                        title="eval")
-    p = scaffold.propose("learn", excel, kb, config=REPO / "config.yaml", sample=9)
+    p = propose("learn", excel, kb, config=REPO / "config.yaml", sample=9)
     assert p["columns"] == {"query": "question", "profile": None, "history": "context", "gold": "gold",
                             "difficulty": None, "rewrite": None}
     assert p["fields"] == {"doc_id": "_id", "title": "name", "content": "body"}
     assert p["language"]["language"] == "en" and p["language"]["cjk_share"] == 0.0
     tenant = p["tenant"]
     assert tenant["system_prompt"].startswith("You rewrite search queries for the learn knowledge base.")
-    cfg = scaffold.scoring_config(load_config(REPO / "config.yaml"), tenant, "config.yaml")
+    cfg = scoring_config(load_config(REPO / "config.yaml"), tenant, "config.yaml")
     row = {"query": "how much is it", "profile": "", "history": "the user asked about the Python Basics"}
     assert rewrite_messages(tenant_config(cfg, "learn"), row)[1]["content"].splitlines() == [
         "Question: how much is it", "User profile: none", "History summary: the user asked about the Python Basics"]
-    assert "Language: en" in scaffold.render_report(p)
+    assert "Language: en" in render_report(p)
+
+
+
+def test_questions_over_max_query_chars_are_left_out_as_ingest_drops_them(tmp_path, capsys):
+    """The rows come from ingest's own builder: a question ingest would drop (longer than the schema's
+    max_query_chars, which the block leaves as it is) is in no figure and the report says so."""
+    excel, kb = fivedoctors_files(tmp_path, n=12)
+    header, rows = read_sheet(excel)
+    rows[3][1] = "鱼" * (max_query_chars() + 1)   # one character over
+    excel = write_xlsx(tmp_path / "long.xlsx", header, rows)
+    rc, out, _ = init(capsys, "acme", "--excel", str(excel), "--kb", str(kb), "--config", str(REPO / "config.yaml"))
+    assert rc == 0, out
+    assert f"left out: 1 questions longer than tenants[].thresholds.max_query_chars ({max_query_chars()} characters)" \
+        in out
+    assert "11 questions" in out and "on 11 rows with gold" in out and "gold ids: 11 of 11 cited" in out
 
 
 # ------------------------------------------------------------------------------------------------ (d) --write
@@ -195,14 +224,14 @@ def test_d_write_appends_the_block_keeping_the_comments_and_refuses_a_second_tim
 def test_insert_keeps_the_comments_of_the_next_key_and_refuses_layouts_it_does_not_know():
     tenant = {"name": "b", "system_prompt": "p", "raw_excel": "b.xlsx", "kb": {"path": "b.jsonl"}}
     text = "tenants:\n- name: a   # first\n  system_prompt: p\n\n# --- the teacher\nteacher: {provider: resolve}\n"
-    new = scaffold.insert_tenant(text, tenant_block(tenant), "c.yaml")
+    new = insert_tenant(text, tenant_block(tenant), "c.yaml")
     assert new.index("- name: b") < new.index("# --- the teacher") and "- name: a   # first" in new
     assert yaml.safe_load(new)["tenants"][-1] == tenant_block(tenant)
-    last = scaffold.insert_tenant("x: 1\ntenants:\n  - name: a\n    system_prompt: p\n", tenant_block(tenant), "c.yaml")
+    last = insert_tenant("x: 1\ntenants:\n  - name: a\n    system_prompt: p\n", tenant_block(tenant), "c.yaml")
     assert yaml.safe_load(last)["tenants"][1]["name"] == "b" and last.startswith("x: 1\n")
     for bad in ("tenants: [{name: a}]\n", "teacher: {}\n", "tenants:\n  - name: a\ntenants:\n  - name: c\n"):
         with pytest.raises(QrewriteError, match="nothing written"):
-            scaffold.insert_tenant(bad, tenant_block(tenant), "c.yaml")
+            insert_tenant(bad, tenant_block(tenant), "c.yaml")
 
 
 def test_a_written_config_that_does_not_load_is_put_back(tmp_path, monkeypatch):
@@ -216,13 +245,13 @@ def test_a_written_config_that_does_not_load_is_put_back(tmp_path, monkeypatch):
     monkeypatch.setattr("qrewrite.config.load_config", refuse)
     tenant = tenant_block({"name": "b", "raw_excel": "b.xlsx", "kb": {"path": "b.jsonl"}})
     with pytest.raises(QrewriteError, match="does not validate, so it was left as it was"):
-        scaffold.append_tenant(config, tenant)
+        append_tenant(config, tenant)
     assert config.read_bytes() == old and [p.name for p in tmp_path.iterdir()] == ["config.yaml"]
 
 
 def tenant_block(t: dict) -> dict:
     """A tenant with every key the block has (tenant_yaml writes them all)."""
-    return scaffold.tenant_entry(t["name"], language="zh", raw_excel=t["raw_excel"], sheet=None,
+    return tenant_entry(t["name"], language="zh", raw_excel=t["raw_excel"], sheet=None,
                                  columns={"query": "问题"}, kb_path=t["kb"]["path"],
                                  fields={"doc_id": "id", "title": None, "content": "text"}, teacher="resolve")
 
@@ -231,17 +260,17 @@ def tenant_block(t: dict) -> dict:
 def test_columns_and_fields_from_the_values_where_no_name_says():
     header = ["#", "内容", "refs", "说明"]
     rows = [[str(i), q, f"d{i % 3}", ""] for i, q in enumerate(("它几点开门", "门票多少", "要预约吗", "怎么去"))]
-    columns, evidence = scaffold.propose_columns(header, rows, {"d0", "d1", "d2"})
+    columns, evidence = propose_columns(header, rows, {"d0", "d1", "d2"})
     assert (columns["query"], columns["gold"], columns["history"]) == ("内容", "refs", None)
     assert evidence["gold"].startswith("cells: 4 of 4 ids") and evidence["query"].startswith("cells:")
     objs = [{"key": f"k{i}", "cat": "faq", "txt": "一段很长的正文" * (i + 2)} for i in range(5)]
-    fields, evidence = scaffold.propose_kb_fields(objs, Path("kb.jsonl"))
+    fields, evidence = propose_kb_fields(objs, Path("kb.jsonl"))
     assert fields == {"doc_id": "key", "title": None, "content": "txt"} and "unique" in evidence["doc_id"]
 
 
 def test_the_sample_is_seeded_and_holds_only_rows_with_gold():
     rows = [{"id": str(i), "gold_doc_ids": ["d"] if i % 2 else []} for i in range(200)]
-    a, b = scaffold.sample_rows(rows, 30), scaffold.sample_rows(rows, 30)
+    a, b = sample_rows(rows, 30), sample_rows(rows, 30)
     assert a == b and len(a) == 30 and all(r["gold_doc_ids"] for r in a)
     assert [r["id"] for r in a] == sorted((r["id"] for r in a), key=int)  # in sheet order
 

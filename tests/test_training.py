@@ -53,7 +53,7 @@ def test_counter_scalars_sum_tenants_and_hit_rates():
 MONITOR_DRIVER = """
 import json, os, sys
 from qrewrite.reward.monitor import get_monitor
-from qrewrite.training.rl_summary import summarize_curve
+from qrewrite.training.rl.summary import summarize_curve
 from tensorboard.backend.event_processing import event_accumulator
 tb = os.environ["QREWRITE_TB_DIR"]
 m = get_monitor()
@@ -155,9 +155,9 @@ RLHF_DRIVER = """
 import json, os, sys
 repo, parquet, out_path = sys.argv[1], sys.argv[2], sys.argv[-1]
 from transformers import AutoTokenizer
-from qrewrite.training.base_model import find_gguf
+from qrewrite.training.base_model.convert import find_gguf
 from verl_compose_check import compose_verl_config
-from qrewrite.training.verl_overrides import build_overrides
+from qrewrite.training.rl.verl.overrides import build_overrides
 from omegaconf import open_dict
 g = find_gguf()
 tok_dir = os.path.join(os.path.dirname(out_path), "tok")
@@ -229,7 +229,7 @@ def test_keep_layers_cuts_the_decoder_blocks_and_refuses_more_than_there_are():
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from qrewrite.training.base_model import keep_layers
+    from qrewrite.training.base_model.convert import keep_layers
 
     cfg = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=5, num_attention_heads=2,
                       num_key_value_heads=1, tie_word_embeddings=True)
@@ -247,7 +247,7 @@ def test_keep_layers_cuts_the_decoder_blocks_and_refuses_more_than_there_are():
 def test_a_conversion_is_reused_only_with_the_settings_it_was_made_with(tmp_path):
     """convert_gguf keeps a complete folder only when its .conversion.json names the same layers and tie: the GPU
     kit's student rebuild reuses its base folder across kits, and a base cut to 4 blocks is not the full one."""
-    from qrewrite.training.base_model import CONVERSION_FILE, REQUIRED_FILES, conversion_matches
+    from qrewrite.training.base_model.convert import CONVERSION_FILE, REQUIRED_FILES, conversion_matches
 
     for name in REQUIRED_FILES:
         (tmp_path / name).write_text("{}", encoding="utf-8")
@@ -265,8 +265,8 @@ def test_a_conversion_is_reused_only_with_the_settings_it_was_made_with(tmp_path
 
 def test_verl_rl_command_from_the_cluster_config(tmp_path):
     """The schema defaults are the design's cluster values; the generated verl command carries them."""
-    from qrewrite.training.rl_verl import verl_env, verl_paths
-    from qrewrite.training.verl_overrides import build_command
+    from qrewrite.training.rl.verl.train import verl_env, verl_paths
+    from qrewrite.training.rl.verl.overrides import build_command
 
     cfg = load_config(REPO / "config.yaml")
     cfg["rl"] = load_config(REPO / "config.yaml")["rl"] | {"backend": "verl"}
@@ -294,7 +294,7 @@ def test_verl_rl_command_from_the_cluster_config(tmp_path):
 
 def test_verl_run_checks_the_slurm_allocation():
     from qrewrite.errors import QrewriteError
-    from qrewrite.training.rl_verl import check_allocation
+    from qrewrite.training.rl.verl.train import check_allocation
 
     check_allocation({"nnodes": 2, "n_gpus_per_node": 8}, {"SLURM_JOB_NUM_NODES": "2", "SLURM_GPUS_ON_NODE": "8"})
     check_allocation({"nnodes": 2, "n_gpus_per_node": 8}, {})  # outside Slurm: nothing to compare
@@ -318,7 +318,7 @@ def test_multinode_verl_rule_runs_through_the_ray_launcher(project):
 
 
 def test_reward_trend_needs_two_steps_per_third_and_compares_the_rise_with_its_noise():
-    from qrewrite.training.rl_summary import reward_trend
+    from qrewrite.training.rl.summary import reward_trend
 
     assert reward_trend([0.1, 0.2])["rise"] is None  # no third to compare
     few = reward_trend([0.0, 0.1, 0.5, 0.2, 0.3])  # one step per third: a rise, no verdict
@@ -342,7 +342,7 @@ def test_gguf_read_once_shares_one_reader_and_name_map_and_restores_gguf(tmp_pat
     import gguf
     import numpy as np
 
-    from qrewrite.training.base_model import gguf_read_once
+    from qrewrite.training.base_model.convert import gguf_read_once
 
     path = tmp_path / "tiny.gguf"
     w = gguf.GGUFWriter(str(path), "llama")

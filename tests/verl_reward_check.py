@@ -102,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import json
 
     from verl_compose_check import compose_verl_config
-    from qrewrite.training.verl_overrides import build_overrides
+    from qrewrite.training.rl.verl.overrides import build_overrides
     from verl.utils import hf_tokenizer
 
     args = list(sys.argv[1:] if argv is None else argv)

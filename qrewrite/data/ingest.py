@@ -20,7 +20,7 @@ _GOLD_SPLIT = re.compile(r"[,，;；、\s]+")
 # Latin): cjk = CJK ideographs (CJK Unified Ideographs, Extension A, Compatibility Ideographs, the supplementary
 # planes' extensions), latin = Latin-script letters; other scripts, digits and punctuation are not counted.
 # cjk_share = cjk / (cjk + latin). zh with a share under ZH_MIN_CJK_SHARE (the queries mostly Latin letters) or en
-# over EN_MAX_CJK_SHARE (mostly ideographs) stops ingest. Measured 2026-12: the demo tenants fivedoctors 0.975
+# over EN_MAX_CJK_SHARE (mostly ideographs) stops ingest. Measured: the demo tenants fivedoctors 0.975
 # (2,535 / 66) and chengla 0.984 (2,460 / 40), dur-dev 0.997 (2,040 / 6): all zh; CQR 0.000 (0 / 2,139): en. A
 # Chinese tenant's product names and English words (DHA, Python, CPA) cost it a few points, never 80.
 ZH_MIN_CJK_SHARE = 0.2
@@ -97,9 +97,30 @@ def ingest(tenant: dict) -> tuple[list[dict], dict]:
                             hint="the tenant has no queries; add rows or remove the tenant from config")
     kb_ids = {d.doc_id for d in tenant_kb(tenant)}
     max_chars = tenant["thresholds"]["max_query_chars"]
+    rows, found = build_rows(raw, kb_ids, max_chars, tenant["name"])
+    dropped, missing, gold_total = found["dropped"], found["missing"], found["gold_ids"]
+    if not rows:  # every row dropped: an empty queries.jsonl would run every later stage on nothing
+        raise QrewriteError(
+            f"no usable row: all {len(raw)} data rows were dropped ({', '.join(f'{k} {v}' for k, v in dropped.items())})",
+            file=path, column=tenant["columns"]["query"],
+            hint=f"check that tenants[].columns.query names the column holding the questions"
+                 + (f"; raise tenants[].thresholds.max_query_chars (now {max_chars})" if dropped["query_too_long"] else ""))
+    lang = language_check(tenant, [r["query"] for r in rows], path)
+    warnings = _missing_gold(tenant, path, missing, gold_total)
+    stats = {"stage": "ingest", "in": len(raw), "out": len(rows), "dropped": dict(sorted(dropped.items())),
+             "gold_ids_not_in_kb": len(missing), "gold_ids": gold_total,
+             "with_gold": sum(1 for r in rows if r["gold_doc_ids"]), "language_check": lang, "warnings": warnings}
+    return rows, stats
+
+
+def build_rows(raw: list[dict], kb_ids: set[str], max_chars: int, tenant: str) -> tuple[list[dict], dict]:
+    """(rows, found): read_excel's records as queries.jsonl rows (whitespace collapsed; an empty, over-long or
+    repeated question dropped; gold ids split, those in `kb_ids` kept). found: {dropped: Counter by reason, missing:
+    [(gold id not in the KB, its Excel row)] in row order, gold_ids: the ids cited in the kept rows}. The one row
+    builder: ingest, and `qrewrite tenant init` on the rows it scores the teachers on."""
     dropped: Counter = Counter()
     gold_total = 0
-    missing: list[tuple[str, int]] = []  # (gold id not in the KB, its Excel row), in row order
+    missing: list[tuple[str, int]] = []
     seen: set[str] = set()
     rows = []
     for rec in raw:
@@ -116,29 +137,23 @@ def ingest(tenant: dict) -> tuple[list[dict], dict]:
             dropped["duplicate_row"] += 1
             continue
         seen.add(qid)
-        gold = [g for g in _GOLD_SPLIT.split(rec.get("gold", "")) if g]
+        gold = split_gold(rec.get("gold", ""))
         known = [g for g in gold if g in kb_ids]
         gold_total += len(gold)
         missing += [(g, rec["row"]) for g in gold if g not in kb_ids]
-        row = {"id": qid, "tenant": tenant["name"], "row": rec["row"], "query": query, "profile": profile,
+        row = {"id": qid, "tenant": tenant, "row": rec["row"], "query": query, "profile": profile,
                "history": history, "gold_doc_ids": known}
         if "difficulty" in rec:  # columns.difficulty configured
             row["difficulty"] = rec["difficulty"]
         if "rewrite" in rec:  # columns.rewrite configured: the tenant's own reference rewrite
             row["reference"] = re.sub(r"\s+", " ", rec["rewrite"]).strip()
         rows.append(row)
-    if not rows:  # every row dropped: an empty queries.jsonl would run every later stage on nothing
-        raise QrewriteError(
-            f"no usable row: all {len(raw)} data rows were dropped ({', '.join(f'{k} {v}' for k, v in dropped.items())})",
-            file=path, column=tenant["columns"]["query"],
-            hint=f"check that tenants[].columns.query names the column holding the questions"
-                 + (f"; raise tenants[].thresholds.max_query_chars (now {max_chars})" if dropped["query_too_long"] else ""))
-    lang = language_check(tenant, [r["query"] for r in rows], path)
-    warnings = _missing_gold(tenant, path, missing, gold_total)
-    stats = {"stage": "ingest", "in": len(raw), "out": len(rows), "dropped": dict(sorted(dropped.items())),
-             "gold_ids_not_in_kb": len(missing), "gold_ids": gold_total,
-             "with_gold": sum(1 for r in rows if r["gold_doc_ids"]), "language_check": lang, "warnings": warnings}
-    return rows, stats
+    return rows, {"dropped": dropped, "missing": missing, "gold_ids": gold_total}
+
+
+def split_gold(cell: str) -> list[str]:
+    """The doc ids of a gold cell."""
+    return [g for g in _GOLD_SPLIT.split(cell or "") if g]
 
 
 def _missing_gold(tenant: dict, path: str, missing: list[tuple[str, int]], total: int) -> list[dict]:

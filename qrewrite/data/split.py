@@ -88,7 +88,7 @@ def build_splits(cfg: dict, tenant: dict, queries: list[dict], teacher_rows: lis
     on and what eval reports are measured on the tenant's traffic, not on the part the teacher solved. Each of their
     rows says whether it is a training target (`meta.trainable`; `meta.not_trainable` the reason), and carries the
     teacher's rewrite as its assistant turn where the teacher answered (SFT's loss-validation rows are the trainable
-    ones: qrewrite.training.targets)."""
+    ones: qrewrite.training.sft.targets)."""
     from .gold_set import held_out
 
     gold_ids, gold_groups = held_out(gold_rows or [])

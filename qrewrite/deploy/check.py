@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 
 from ..config import base_model_swift
 from ..errors import QrewriteError
-from ..eval import stats
+from .. import stats
 from ..eval.hits import hit_at_1
 from ..io_utils import read_json, read_jsonl
 from ..metrics import TIE_RULE

@@ -17,7 +17,7 @@ from collections import Counter
 
 from openai import APIError, AsyncOpenAI, RateLimitError
 
-from ..eval import stats
+from .. import stats
 from ..prompts import rewrite_messages
 
 

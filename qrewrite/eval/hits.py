@@ -5,20 +5,13 @@ from __future__ import annotations
 
 import asyncio
 
-from ..metrics import gold_ranking
+from ..rag.hits import texts_hit_at_1
 from ..rag.providers import make_rag
 
 
 async def _hit_at_1(rag, rows: list[dict], rewrites: dict[str, str]) -> list[float | None]:
     """Tie-aware Hit@1 per row (None without gold); an empty rewrite retrieves nothing, as in the eval."""
-    async def one(row: dict) -> float | None:
-        if not row["gold_doc_ids"]:
-            return None
-        text = rewrites.get(row["query_id"]) or ""
-        hits = await rag.search(row["query"], text) if text else []
-        return gold_ranking(hits, row["gold_doc_ids"])["hit_at_1"]
-
-    return list(await asyncio.gather(*(one(r) for r in rows)))
+    return await texts_hit_at_1(rag, rows, [rewrites.get(r["query_id"]) or "" for r in rows])
 
 
 async def _score(cfg: dict, tenant: dict, rows: list[dict], texts: dict[str, dict[str, str]]) -> dict:

@@ -1,6 +1,6 @@
 """A model's greedy rewrites of some rows, kept for a later stage that would generate them again.
 
-The rl stage has the SFT model and the RL model rewrite the validation rows (training/rl_guard.py); the release
+The rl stage has the SFT model and the RL model rewrite the validation rows (training/rl/guard.py); the release
 stage, next, has the same two models rewrite the same rows with the same decoding (release/score.py): the same
 computation twice, about two CPU minutes a tenant in `make run`. The rl stage writes what it generated here
 (`results/T/train/rl-val-rewrites.json`), and the release takes a model's rewrites from it only when that

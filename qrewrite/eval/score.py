@@ -23,7 +23,7 @@ from ..reward.formula import win
 from ..reward.judges import make_tenant_judge
 from ..reward.verdict import judge_sampled
 from ..data.summary import summary_signals
-from . import stats
+from .. import stats
 
 log = logging.getLogger(__name__)
 

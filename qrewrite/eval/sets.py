@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..data.gold_set import char_f1, exact_match
 from ..data.red_team import ATTACKS, check_rewrite, failed_checks, passed
-from . import stats
+from .. import stats
 
 GOLD_METRICS = ("hit_at_1", "hit_at_5", "mrr", "quality", "judge", "char_f1", "exact_match")
 CHECKED = "checked"  # the checked rewrite, scored as if it were a candidate

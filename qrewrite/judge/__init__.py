@@ -1,4 +1,4 @@
-"""The distilled judge (issue 31): a small model that learns the strong judge's verdicts, to judge RL rollouts
+"""The distilled judge: a small model that learns the strong judge's verdicts, to judge RL rollouts
 locally instead of calling an API on a sampled share of them.
 
 Modules, one job each (what the judge model reads and writes is ``qrewrite.reward.judge_prompt``, a layer below,

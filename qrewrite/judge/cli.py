@@ -12,7 +12,7 @@ log = logging.getLogger("qrewrite.judge")
 
 def _lineage(out: str, *, rule: str, tenant: dict, inputs: dict, params: dict, cfg: dict, started: float) -> None:
     """lineage.json in the judge model folder just written, as every model has (qrewrite.lineage)."""
-    from ..lineage.record import write_lineage
+    from ..workflow.record import write_lineage
 
     write_lineage(out, rule=rule, tenant=tenant["name"], inputs=inputs, params=params, config=cfg, env="swift",
                   started=started, ended=time.time())

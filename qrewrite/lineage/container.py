@@ -61,7 +61,7 @@ def running_image() -> dict | None:
                 "digest": _digest(digest, f"${DIGEST_ENV}")}
     if podman:
         raise QrewriteError(f"this runs in a podman container, and ${DIGEST_ENV} does not say which image",
-                            hint="start it with `python scripts/containers.py run IMAGE -- ...`, or pass "
+                            hint="start it with `python3 -m scripts.containers run IMAGE -- ...`, or pass "
                                  f"-e {IMAGE_ENV}={OCI_PREFIX}REF -e {DIGEST_ENV}=$(podman image inspect "
                                  "--format '{{.Id}}' REF)")
     return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .scaffold import DEFAULT_SAMPLE
+from .rows import DEFAULT_SAMPLE
 
 
 def _positive(text: str) -> int:
@@ -19,7 +19,10 @@ def _positive(text: str) -> int:
 
 
 def cmd_tenant_init(args) -> None:
-    from .scaffold import append_tenant, check_name, next_commands, propose, refuse_existing, render_report
+    from .config_file import append_tenant, refuse_existing
+    from .inputs import check_name
+    from .report import next_commands, render_report
+    from .scaffold import propose
 
     check_name(args.name)
     if args.write:  # before any work: a second --write of a name is refused at once

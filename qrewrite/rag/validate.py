@@ -82,7 +82,7 @@ def teacher_fit(cfg: dict, validated_gold: list[dict], failed: list[dict]) -> di
     model: tie-aware Hit@1 of the raw query, query + history and the teacher's rewrite over every ingested row with
     gold (a row the teacher gave no rewrite for is its miss), each with its interval, and teacher − query + history
     paired. The training gate (qrewrite.data.gate) stops a student taught by a teacher below query + history."""
-    from ..eval import stats as st
+    from .. import stats as st
 
     rows = [{"raw": r["original_rag"]["hit_at_1"], "query_history": r["query_history_hit_at_1"],
              "teacher": r["rewrite_rag"]["hit_at_1"]} for r in validated_gold] + failed

@@ -220,7 +220,7 @@ def rolling_mean(points: list[tuple[int, float]], window: int) -> list[tuple[int
 
 
 def reward_trend_note(tenant: str) -> str:
-    """One line from stats_rl: did the RL reward rise beyond its noise (qrewrite.training.rl_summary)?"""
+    """One line from stats_rl: did the RL reward rise beyond its noise (qrewrite.training.rl.summary)?"""
     path = Path(tenant_paths(tenant)["stats_rl"])
     if not path.is_file():
         return ""
@@ -239,7 +239,7 @@ def reward_trend_note(tenant: str) -> str:
 
 
 def vs_parent_note(v: dict | None) -> str:
-    """The rl stage's comparison of the RL model with its SFT parent on the validation prompts (rl_guard)."""
+    """The rl stage's comparison of the RL model with its SFT parent on the validation prompts (training/rl/guard.py)."""
     if not v or not v.get("n"):
         return ""
     d = v[v["basis"]]

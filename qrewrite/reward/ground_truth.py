@@ -1,6 +1,6 @@
 """The RL ground truth: everything the reward needs about one query besides the rollout, in one record.
 
-Both RL layouts carry it as the same JSON string (`qrewrite.training.rl_data`): verl's parquet in
+Both RL layouts carry it as the same JSON string (`qrewrite.training.rl.data`): verl's parquet in
 ``reward_model.ground_truth``, ms-swift's JSONL in the ``ground_truth`` column. Both reward adapters
 (``verl_reward.py``, ``swift_plugin.py``) read the query's context from it and nowhere else, so the judge
 sees the same question, profile and history whichever framework trains. Only json here: the data env

@@ -68,12 +68,11 @@ def _handlers() -> dict[str, tuple[str, str]]:
 
 
 def _path_loaded() -> dict[str, tuple[str, ...]]:
-    """Subcommand → modules it hands to another program by path (no import to follow): the reward plugins."""
-    from .code_deps import module_name
-    from ..training.rl_swift import PLUGIN
-    from ..training.rl_verl import REWARD_FILE
+    """Subcommand → modules it hands to another program by path (no import to follow): the stage table's
+    `by_path` (the reward plugins of rl), read there so the table stays below the stage packages."""
+    from .stages import STAGES
 
-    return {"rl": (module_name(PLUGIN), module_name(REWARD_FILE))}
+    return {s.command: s.by_path for s in STAGES.values() if s.by_path}
 
 
 def add_code_deps(stages: dict, base: Path) -> None:

@@ -22,6 +22,8 @@ import time
 import uuid
 from pathlib import Path
 
+from qrewrite.procs import free_port
+
 ETC = Path("/etc/slurm")
 MARKER = "# written by qrewrite tests/slurm/cluster.py (throwaway test cluster)"
 APT_PACKAGES = [line.strip() for line in (Path(__file__).parent / "apt.txt").read_text().splitlines()
@@ -60,12 +62,6 @@ def apt_install(log: Path) -> float:
     return time.time() - start
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run(*cmd: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
     proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
@@ -91,7 +87,7 @@ class LocalSlurm:
         self.db = f"qrewrite_slurm_{uuid.uuid4().hex[:8]}"
         self.procs: dict[str, subprocess.Popen] = {}  # daemons this helper started, by name
         self.started_munged: int | None = None
-        self.ports = {"ctld": _free_port(), "slurmd": _free_port(), "dbd": _free_port()}
+        self.ports = {"ctld": free_port(), "slurmd": free_port(), "dbd": free_port()}
         self.written: list[Path] = []
 
     # --- configuration -------------------------------------------------------------------------------
