@@ -2,8 +2,8 @@
 reference pages' tenant tables are rendered from (bench/figures.py), with when, on which commit and machine, by
 which command the run was made.
 
-    .venv/bin/python bench/tenant_figures.py --tenant fivedoctors --tenant chengla --run "make run"
-    .venv/bin/python bench/tenant_figures.py --tenant cqr --run "make cqr CQR_SPLIT=all" \
+    .venv/bin/python -m bench.tenant_figures --tenant fivedoctors --tenant chengla --run "make run"
+    .venv/bin/python -m bench.tenant_figures --tenant cqr --run "make cqr CQR_SPLIT=all" \
         --config config.yaml --config data/cqr/config.yaml
 
 Read from the run's own files: models/T/release/release.json (what the release chose on validation, every
@@ -16,15 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, write_result  # noqa: E402
-
-sys.path.insert(0, str(REPO))
-from qrewrite.config import merged_config_files, tenant_config, tenant_teacher, validate_config  # noqa: E402
-from qrewrite.paths import artifact_paths, deploy_json, eval_paths  # noqa: E402
+from bench.common import REPO, bench_args, write_result
+from qrewrite.config import merged_config_files, tenant_config, tenant_teacher, validate_config
+from qrewrite.paths import artifact_paths, deploy_json, eval_paths
 
 # what each teacher kind is, in the words the README's table uses
 TEACHER_KIND = {"resolve": "the embedded rule (resolve: no model)", "prf": "the embedded keyword expansion (prf)",
@@ -61,10 +57,15 @@ def figures(cfg: dict, name: str) -> dict:
                     "val_hit_at_1": {k: chosen[k] for k in ("mean", "ci_low", "ci_high", "n")},
                     "val_query_history": qh_val and {k: qh_val[k] for k in ("mean", "ci_low", "ci_high", "n")},
                     "val_candidates": {c["name"]: c["mean"] for c in release["candidates"]},
-                    "why": release["decision"]["why"]},
-        "test": {c: h1(c) for c in ("release", "query_history", "teacher", "sft", "rl", "raw")},
+                    "why": release["decision"]["why"], "margin_rows": release["decision"].get("margin_rows"),
+                    "left_out": release.get("left_out")},
+        "test": {c: h1(c) for c in ("release", "query_history", "teacher", "sft", "pref", "rl", "raw")},
         "test_paired": {"release_minus_query_history": paired("release", "query_history"),
-                        "release_minus_teacher": paired("release", "teacher"), "rl_minus_sft": paired("rl", "sft")},
+                        "release_minus_teacher": paired("release", "teacher"), "rl_minus_sft": paired("rl", "sft"),
+                        "pref_minus_sft": paired("pref", "sft"),
+                        "sft_minus_query_history": paired("sft", "query_history"),
+                        "rl_minus_query_history": paired("rl", "query_history"),
+                        "pref_minus_query_history": paired("pref", "query_history")},
         "n_test": ev["n_queries"], "n_test_with_gold": ev["n_with_gold"],
     }
     dj = Path(deploy_json(name))
@@ -90,9 +91,10 @@ def main() -> None:
     ap.add_argument("--name", help="result file name after tenant_ (default the tenant's name)")
     ap.add_argument("--root", default=str(REPO), help="the project the run is in (default this checkout)")
     ap.add_argument("--commit", help="the commit the run was made at, where --root is not its checkout")
-    args = ap.parse_args()
+    args = bench_args(ap, quick=None)  # no quick mode: it reads a finished run
     import os
 
+    args.results = args.results.resolve()  # before the chdir below
     os.chdir(args.root)
     files = args.config or ["config.yaml"]
     cfg = validate_config(merged_config_files(files), source=" + ".join(files))
@@ -100,7 +102,7 @@ def main() -> None:
         doc = figures(cfg, name)
         path = write_result(f"tenant_{args.name or name}", {"run": args.run, "config": files, "root": args.root,
                                                             **({"run_commit": args.commit} if args.commit else {}),
-                                                            **doc})
+                                                            **doc}, args)
         print(f"{name}: release {doc['release']['name']} test {doc['test']['release']['mean']} -> {path}")
 
 

@@ -102,6 +102,14 @@ class EntityLexicon:
                 doc_aspect.update({i: next(t for d, t in titled if d.doc_id == i) for i in ids})
         return cls(sorted(entities, key=lambda e: (-len(e), e)), doc_entity, doc_aspect)
 
+    def to_json(self) -> dict:
+        """What the lexicon is made of, to freeze it in a release folder (`from_json` gives it back)."""
+        return {"entities": self.entities, "doc_entity": self.doc_entity, "doc_aspect": self.doc_aspect}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "EntityLexicon":
+        return cls(list(doc["entities"]), dict(doc["doc_entity"]), dict(doc.get("doc_aspect") or {}))
+
     # ------------------------------------------------------------------------------------ matching
     def _best_window(self, text: str, entity: str) -> tuple[float, int, int]:
         """(score, start, end) of the window of ``text`` that best matches ``entity``.

@@ -48,6 +48,14 @@ def tenant_paths(tenant: str) -> dict[str, str]:
         "rl_run": f"{r}/train/rl-run",           # backend's checkpoints
         "rl_model": f"{m}/rl",                   # merged HF model of the final RL checkpoint
         "rl_val_rewrites": f"{r}/train/rl-val-rewrites.json",  # both models' rewrites of val (qrewrite.eval.reuse)
+        # preference optimisation (pref.enabled): pairs from the training rows, DPO on the merged SFT model
+        "pref_pairs": f"{r}/pref/pairs.jsonl",   # ms-swift DPO rows: SFT prompt + chosen, rejected_response
+        "pref_pairs_summary": f"{r}/pref/summary.json",  # rows, pairs, why rows gave none
+        "pref_run": f"{r}/train/pref-run",       # swift's output_dir
+        "pref_model": f"{m}/pref",               # LoRA adapter (last checkpoint) over sft-merged
+        "pref_merged": f"{m}/pref-merged",       # sft-merged + the DPO adapter, full HF folder
+        "stats_pref": f"{r}/stats/pref.json",
+        "tb_pref": f"{LOGS}/tensorboard/{tenant}/pref",
         "release": f"{m}/release",               # what the tenant gets, chosen on validation: a model or a rule
         "stats_sft": f"{r}/stats/sft.json",
         "stats_rl": f"{r}/stats/rl.json",

@@ -17,7 +17,7 @@ import itertools
 from .entities import EntityLexicon
 from .metrics import gold_ranking, retrieval_quality
 from .text import normalize
-from .teacher.resolve import fill_referent
+from .referent import fill_referent
 
 TEXTS = ("raw", "teacher", "query_history", "referent_filled")
 

@@ -29,7 +29,8 @@ TENANT = "fivedoctors"
 PATHS = tenant_paths(TENANT)
 EVAL_PATHS = eval_paths(TENANT)
 SFT_RL = f"models/{TENANT}/release-sft-rl"   # SFT against RL alone: a tie
-RULE = f"models/{TENANT}/release-rule"      # query + history against SFT, margin 1.0: the rule
+RULE = f"models/{TENANT}/release-rule"      # query + history against SFT, a margin no model can win by: the rule
+TEACHER = f"models/{TENANT}/release-teacher"  # the tenant's embedded resolve teacher, alone: a rule with a lexicon
 APPENDED = f"models/{TENANT}/release-appended"  # SFT with the history pasted after its rewrite, alone
 ROUTED = f"models/{TENANT}/release-routed"  # SFT routed by retrieval, alone
 
@@ -41,23 +42,36 @@ def fig(name: str, mean: float | None, n: int = 30) -> dict:
 # ------------------------------------------------------------------------------------------ the rule, pure
 
 def test_a_tie_goes_to_the_cheaper_candidate():
-    d = choose([fig("query_history", 0.8), fig("sft", 0.8), fig("rl", 0.8)], margin=0.0)
+    d = choose([fig("query_history", 0.8), fig("sft", 0.8), fig("rl", 0.8)], margin_rows=0.0)
     assert d["name"] == "query_history" and "no costlier candidate beat" in d["why"]
     assert choose([fig("qh", 0.7), fig("sft", 0.8), fig("rl", 0.8)], 0.0)["name"] == "sft"  # RL ties SFT: SFT
 
 
-def test_a_costlier_candidate_must_beat_every_cheaper_one_by_the_margin():
+def test_a_costlier_candidate_must_beat_every_cheaper_one_by_the_margin_in_rows():
+    # 30 rows: 0.05 is 1.5 rows, 0.02 is 0.6 rows
     figures = [fig("qh", 0.80), fig("sft", 0.85), fig("rl", 0.83)]
     assert choose(figures, 0.0)["name"] == "sft"            # RL beats the rule but not SFT
-    assert choose(figures, 0.04)["name"] == "sft"           # 0.85 > 0.80 + 0.04
-    assert choose(figures, 0.05)["name"] == "qh"            # 0.85 is not > 0.85
+    assert choose(figures, 1.4)["name"] == "sft"            # 1.5 rows > 1.4
+    d = choose(figures, 1.5)
+    assert d["name"] == "qh" and d["margin"] == 0.05        # 1.5 rows is not > 1.5
     # a later candidate is held to the best of all cheaper ones, not only to the one released so far
-    assert choose([fig("qh", 0.80), fig("sft", 0.83), fig("rl", 0.845)], 0.04)["name"] == "qh"
+    assert choose([fig("qh", 0.80), fig("sft", 0.83), fig("rl", 0.845)], 1.2)["name"] == "qh"
     assert choose([fig("qh", 0.5), fig("sft", 0.9), fig("rl", 0.95)], 0.0)["name"] == "rl"
 
 
+def test_a_fraction_of_a_row_from_a_broken_tie_is_not_a_win():
+    # the held-out entity tenant: SFT + history over plain SFT by 0.00002 on 46 rows (0.001 of a row) was released
+    # under the old any-gain rule, and cost 0.055 on test; half a row keeps the cheaper
+    figures = [fig("sft", 0.630435, n=46), fig("sft+append_history=true", 0.630455, n=46)]
+    assert choose(figures, 0.0)["name"] == "sft+append_history=true"
+    d = choose(figures, 0.5)
+    assert d["name"] == "sft" and "0.5 of 46 rows" in d["why"]
+    # a whole row more is a win
+    assert choose([fig("sft", 0.630435, n=46), fig("sft+a", 0.630435 + 1 / 46, n=46)], 0.5)["name"] == "sft+a"
+
+
 def test_without_gold_on_validation_the_cheapest_is_released_and_says_why():
-    d = choose([fig("qh", None), fig("sft", None)], 0.0)
+    d = choose([fig("qh", None), fig("sft", None)], 0.5)
     assert d["index"] == 0 and "no validation row has gold" in d["why"]
     with pytest.raises(ValueError):
         choose([], 0.0)
@@ -102,7 +116,7 @@ ROWS = [{"query_id": "q1", "query": "是谁", "history": "小林家的龙女仆 
 
 def test_append_history_pastes_the_history_after_the_same_generation_without_generating_again():
     cands = {c["name"]: c for c in release_candidates({"release": {"candidates": ["sft"], "decoding": [
-        {}, {"append_history": True}]}, "eval": {"generation": {"max_new_tokens": 40, "copy_bias": None}}})}
+        {}, {"append_history": True}]}, "eval": {"generation": {"max_new_tokens": 40, "copy_bias": None}}}, {})[0]}
     plain, appended = cands["sft"], cands["sft+append_history=true"]
     # the model's own texts, as the first generation left them: a second one would fail here (there is no model)
     key = ("no-model", generation_key(plain["decoding"]))
@@ -123,8 +137,8 @@ def test_the_rl_stages_rewrites_are_taken_only_for_exactly_the_same_generation(t
     model = tmp_path / "sft-merged"
     model.mkdir()
     (model / "model.safetensors").write_bytes(b"weights")
-    cand = release_candidates({"release": {"candidates": ["sft"], "decoding": [{}, {"append_history": True}]},
-                               "eval": {"generation": {"max_new_tokens": 40, "batch_size": 8}}})
+    cand, _ = release_candidates({"release": {"candidates": ["sft"], "decoding": [{}, {"append_history": True}]},
+                                  "eval": {"generation": {"max_new_tokens": 40, "batch_size": 8}}}, {})
     key = generation_key(cand[0]["decoding"])
     path = tmp_path / "rl-val-rewrites.json"
     reuse.write_generations(str(path), [reuse.record("sft", str(model), tenant, rows, key, "cpu", ["甲", "乙"])])
@@ -151,7 +165,7 @@ def test_the_rl_stages_rewrites_are_taken_only_for_exactly_the_same_generation(t
 def test_the_release_links_the_models_files_but_not_the_workflows_marker(tmp_path):
     """Snakemake touches a directory output's .snakemake_timestamp when its job ends: linked into the release, the
     SFT model's marker would be touched with the release's, and the next run would retrain RL from a model that
-    looks newer (make durdev twice did, 2026-12-04)."""
+    looks newer (running make durdev twice did)."""
     from qrewrite.release.folder import write_release
 
     model = tmp_path / "sft-merged"
@@ -207,8 +221,8 @@ sys.exit(rc)
 @pytest.fixture(scope="module")
 def released(tmp_path_factory, smollm2_base):
     """The demo tenant's data half (60 queries), the tiny model as both students, then four releases: the shipped
-    candidates (query + history, SFT, RL with two decodings each), SFT against RL alone, the rule (margin 1.0, with
-    copy bias) and SFT with the history pasted."""
+    candidates (query + history, the teacher's rule, SFT, RL with two decodings each), SFT against RL alone, the
+    rule (a margin of more rows than there are, with copy bias), SFT with the history pasted, the teacher alone."""
     py = train_python("swift")
     root = tmp_path_factory.mktemp("release")
     project = Project(root / "proj")
@@ -244,12 +258,13 @@ def released(tmp_path_factory, smollm2_base):
 
     shipped = release(PATHS["release"], root / "opened_shipped.json")
     sft_vs_rl = release(SFT_RL, root / "opened_sft_rl.json", candidates=["sft", "rl"], decoding=[{}])
-    # validation prefers the rule whatever the tiny model writes: a model would have to gain more than 1.0
-    # (and a generation lever, copy bias, no longer among the shipped ones, still generates and is recorded)
-    release(RULE, root / "opened_rule.json", candidates=["query_history", "sft"], margin=1.0,
+    # validation prefers the rule whatever the tiny model writes: a model would have to win by more rows than there
+    # are (and a generation lever, copy bias, no longer among the shipped ones, still generates and is recorded)
+    release(RULE, root / "opened_rule.json", candidates=["query_history", "sft"], margin_rows=1000.0,
             decoding=[{}, {"copy_bias": 1.0}])
     appended = release(APPENDED, root / "opened_appended.json", candidates=["sft"], decoding=[{"append_history": True}])
     release(ROUTED, root / "opened_routed.json", candidates=["sft"], decoding=[{"route_by_retrieval": True}])
+    release(TEACHER, root / "opened_teacher.json", candidates=["teacher"])
     return project, root, shipped, sft_vs_rl, appended
 
 
@@ -259,7 +274,8 @@ def test_the_release_never_opens_the_test_split(released):
     test_split = os.path.realpath(project.root / PATHS["test"])
     val_split = os.path.realpath(project.root / PATHS["val"])
     assert Path(test_split).is_file()  # it is there to be read: the stage does not
-    for name in ("opened_shipped.json", "opened_sft_rl.json", "opened_rule.json", "opened_routed.json"):
+    for name in ("opened_shipped.json", "opened_sft_rl.json", "opened_rule.json", "opened_routed.json",
+                 "opened_teacher.json"):
         audit = json.loads((root / name).read_text())
         assert len(audit["decided"]) == 1, name  # the event came, once: the phase before it is the choice
         opened = set(audit["opened"])
@@ -272,16 +288,16 @@ def test_the_release_never_opens_the_test_split(released):
 def test_the_release_records_every_candidate_on_validation_and_the_rule(released):
     project, _, shipped, *_ = released
     names = [c["name"] for c in shipped["candidates"]]
-    assert names == ["query_history", "sft", "sft+append_history=true", "sft+route_by_retrieval=true", "rl",
+    assert names == ["query_history", "teacher", "sft", "sft+append_history=true", "sft+route_by_retrieval=true", "rl",
                      "rl+append_history=true", "rl+route_by_retrieval=true"]
     n_val = len(project.read_jsonl(PATHS["val"]))
     assert shipped["split"] == "val" and shipped["n_val_rows"] == n_val and 0 < shipped["n_with_gold"] <= n_val
     for c in shipped["candidates"]:
         assert c["n"] == shipped["n_with_gold"] and c["ci_low"] <= c["mean"] <= c["ci_high"]
     # the decision is the rule's on the recorded figures, not something else
-    decision = choose(shipped["candidates"], shipped["decision"]["margin"])
+    decision = choose(shipped["candidates"], shipped["decision"]["margin_rows"])
     assert shipped["released"]["name"] == decision["name"] and shipped["decision"]["why"] == decision["why"]
-    assert "a tie goes to the cheaper" in shipped["decision"]["rule"]
+    assert "otherwise the cheaper keeps it" in shipped["decision"]["rule"] and shipped["left_out"] == {}
     assert shipped["advice"] == advise(shipped["candidates"], shipped["candidates"], "teacher")
     lineage = json.loads((project.root / PATHS["release"] / "lineage.json").read_text(encoding="utf-8"))
     assert lineage["model"]["rule"] == "release" and set(lineage["inputs"]) == {"val", "queries", "sft", "rl"}
@@ -302,6 +318,54 @@ def test_an_sft_that_ties_rl_is_released_as_sft_with_its_own_files(released):
     assert weights and (folder / "config.json").is_file()
     for w in weights:  # linked, not copied: the SFT model's own bytes
         assert os.path.samefile(w, Path(os.path.realpath(project.root / PATHS["sft_merged"])) / w.name)
+
+
+@pytest.mark.slow
+def test_the_teacher_released_as_a_rule_answers_as_the_teacher_stage_wrote(released):
+    """Where the tenant's teacher is the embedded resolver, it is a release candidate. Released, its lexicon is
+    frozen in the folder, and the runtime (the gateway's, the eval's) answers each row as the teacher stage did."""
+    import asyncio
+
+    from qrewrite.config import load_config
+    from qrewrite.runtime.release import load_served
+
+    project, *_ = released
+    folder = project.root / TEACHER
+    doc = json.loads((folder / "release.json").read_text(encoding="utf-8"))
+    assert doc["released"]["kind"] == "rule" and doc["released"]["rule"] == "resolve"
+    assert doc["released"]["state"] == "entities.json" and (folder / "entities.json").is_file()
+    out = project.qrewrite("lineage", "verify", TEACHER).stdout
+    assert out.startswith(f"OK {TEACHER}"), out  # the frozen lexicon is one of the files the lineage hashed
+    cfg = load_config(project.root / "config.yaml")
+    tenant = next(t for t in cfg["tenants"] if t["name"] == TENANT)
+    tenant = {**tenant, "kb": {**tenant["kb"], "path": str(project.root / tenant["kb"]["path"])}}
+    served = load_served(cfg, tenant, str(folder))
+    taught = {r["id"]: r["rewrite"] for r in project.read_jsonl(PATHS["teacher"])}
+    rows = project.read_jsonl(PATHS["queries"])[:40]
+    answers = [asyncio.run(served.answer(r, timeout_s=5, on_backend_error="raise")) for r in rows]
+    assert [a["rewrite"] for a in answers] == [taught[r["id"]] for r in rows]
+    assert sum(a["rewrite"] != r["query"] for a, r in zip(answers, rows)) >= 10  # it resolved something
+
+
+def test_only_a_teacher_that_runs_without_a_paid_call_is_a_release_candidate():
+    cfg = {"release": {"candidates": ["query_history", "teacher"], "decoding": [{}]}, "eval": {"generation": {}},
+           "teacher": {"provider": "resolve"}}
+    cands, left = release_candidates(cfg, {"name": "t"})
+    assert [c["kind"] for c in cands] == ["query_history", "resolve"] and left == {}
+    for provider in ("openai", "prf", "column"):
+        cands, left = release_candidates(cfg, {"name": "t", "teacher": {"provider": provider}})
+        assert [c["name"] for c in cands] == ["query_history"] and provider in left["teacher"]
+
+
+def test_a_rule_release_without_its_frozen_lexicon_is_refused(tmp_path):
+    from qrewrite.errors import QrewriteError
+    from qrewrite.runtime.rules import load_rule
+
+    assert load_rule("raw", tmp_path)({"query": "q"}) == "q"
+    with pytest.raises(QrewriteError, match="frozen"):
+        load_rule("resolve", tmp_path)
+    with pytest.raises(QrewriteError, match="does not know"):
+        load_rule("teacher", tmp_path)
 
 
 def base_args() -> list[str]:

@@ -25,6 +25,13 @@ from qrewrite.workflow.stages import CONFIG_FILES, STAGES, job_threads, jobs
 TARGET_RULES = {"all", "data", "models", "deploy", "judge"}
 
 
+def switched_on() -> set[str]:
+    """The stages config.yaml runs: a stage with a `switch` (pref.enabled) the config turns off has no rule, no DVC
+    stage and no command to parse (test_every_stage_has_jobs_under_the_demo_config checks it has jobs when on)."""
+    cfg = load_config(REPO / "config.yaml")
+    return {n for n, s in STAGES.items() if jobs(s, cfg) or not s.switch}
+
+
 def snakemake(*args: str) -> str:
     exe = Path(sys.executable).parent / "snakemake"
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
@@ -41,8 +48,10 @@ def subcommands() -> dict[str, argparse.ArgumentParser]:
 def test_snakemake_has_one_rule_per_stage_and_its_docstring_names_the_handler():
     listed = dict(re.match(r"(\w+)(?: \((.*)\))?$", line.strip()).groups()
                   for line in snakemake("--list-rules").splitlines() if line.strip())
-    assert set(listed) - TARGET_RULES == set(STAGES), sorted(set(listed) ^ set(STAGES) - TARGET_RULES)
+    assert set(listed) - TARGET_RULES == switched_on(), sorted(set(listed) ^ switched_on() - TARGET_RULES)
     for name, s in STAGES.items():
+        if name not in switched_on():
+            continue
         assert f"qrewrite/{s.package}/cli.py cmd_{name}" in listed[name], (name, listed[name])
 
 
@@ -79,12 +88,12 @@ def test_every_command_snakemake_and_dvc_run_parses():
         argv = argv[argv.index("qrewrite") + 1:]  # after a launcher (slurm/ray_on_slurm.sh ... --)
         args = parser.parse_args(argv)  # SystemExit (a failure) on an unknown or missing flag
         seen.add(args.command)
-    assert seen == {s.command for s in STAGES.values()}
+    assert seen == {STAGES[n].command for n in switched_on()}
 
 
 def test_every_dvc_stage_is_a_stage_of_the_table_under_its_name():
     stages = yaml.safe_load((REPO / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
-    assert set(stages) == {n for n, s in STAGES.items() if s.dvc}
+    assert set(stages) == {n for n, s in STAGES.items() if s.dvc and n in switched_on()}
     for name, stage in stages.items():
         assert stage.get("do", stage)["cmd"].split()[:2] == ["qrewrite", STAGES[name].command], name
 
@@ -108,7 +117,14 @@ def test_the_graph_is_closed_every_file_has_one_maker():
 
 def test_every_stage_has_jobs_under_the_demo_config():
     cfg = load_config(REPO / "config.yaml")
-    assert all(jobs(s, cfg) for s in STAGES.values())
+    assert all(jobs(s, cfg) for s in STAGES.values() if not s.switch)
+    # a switched stage (pref.enabled) has jobs once its switch is on, and none while it is off
+    for s in STAGES.values():
+        if s.switch:
+            section, key = s.switch.rsplit(".", 1)
+            for on in (True, False):
+                cfg[section][key] = on
+                assert bool(jobs(s, cfg)) is on, (s.name, on)
 
 
 def test_only_the_top_level_cli_imports_a_stage_cli_module():
@@ -119,7 +135,7 @@ def test_only_the_top_level_cli_imports_a_stage_cli_module():
 
 def test_nothing_in_the_package_imports_the_top_level_cli():
     """qrewrite/cli.py is the top layer (it imports every stage package's cli to register it): a module that imports
-    it back closes a circle (dvc_gen read the handlers off its parser until 2026-12-02; the stage table has them)."""
+    it back closes a circle (dvc_gen once read the handlers off its parser; the stage table has them now)."""
     pkg = Path(__file__).resolve().parents[1] / "qrewrite"
     absolute = re.compile(r"^\s*(from\s+qrewrite\.cli\s+import|import\s+qrewrite\.cli\b)", re.M)
     offenders = []
@@ -132,9 +148,20 @@ def test_nothing_in_the_package_imports_the_top_level_cli():
     assert offenders == []
 
 
+def test_the_product_does_not_depend_on_the_labs_tools():
+    """tools/ (the GPU loan's kit, tools/gpukit/) is built on qrewrite, never the other way: nothing in qrewrite/
+    imports it or runs one of its modules (`python -m tools...`), so the product ships and runs without it."""
+    use = re.compile(r"^\s*(from\s+tools[.\s]|import\s+tools\b)|[\"']tools\.\w", re.M)
+    found = [f"{p.relative_to(REPO)}: {m.group(0).strip()}" for p in sorted((REPO / "qrewrite").rglob("*.py"))
+             for m in use.finditer(p.read_text(encoding="utf-8"))]
+    assert found == []
+    # and the planted uses are caught
+    assert use.search("    from tools.gpukit import kit\n") and use.search('cmd = [py, "-m", "tools.gpukit.phase"]')
+
+
 def test_the_reward_does_not_reach_up_into_the_judge_training_package():
     """qrewrite/judge/ trains the distilled judge on top of the reward; what that judge reads and writes lives in
-    reward/judge_prompt.py, which the reward's model judge serves (it imported judge/prompt.py until 2026-12-02)."""
+    reward/judge_prompt.py, which the reward's model judge serves (it once imported judge/prompt.py)."""
     reward = Path(__file__).resolve().parents[1] / "qrewrite" / "reward"
     up = re.compile(r"^\s*(from\s+(qrewrite\.|\.\.)judge\b|import\s+qrewrite\.judge\b)", re.M)
     assert [p.name for p in reward.glob("*.py") if up.search(p.read_text(encoding="utf-8"))] == []
@@ -144,7 +171,7 @@ def test_the_runtime_stands_below_the_stages_the_eval_and_the_gateway():
     """qrewrite/runtime/ is what the release stage and the eval score and the gateway serves: it imports from the
     shared modules only, never from a stage package, the eval, the gateway or the deploy check (docs/code.md)."""
     above = ("eval", "serve", "release", "deploy", "training", "data", "teacher", "judge", "onboard", "report",
-             "workflow", "cli", "gpucheck")
+             "workflow", "cli")
     up = re.compile(r"^\s*(from\s+(qrewrite\.|\.\.)(%s)\b|import\s+qrewrite\.(%s)\b)" % ("|".join(above),
                                                                                    "|".join(above)), re.M)
     found = [f"{p.relative_to(REPO)}: {m.group(0).strip()}" for p in sorted((REPO / "qrewrite/runtime").glob("*.py"))

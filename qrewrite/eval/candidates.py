@@ -31,7 +31,7 @@ from ..runtime.rules import rule_text
 # rule (models/T/release/release.json says which).
 MODEL_KINDS = ("model", "release")
 # the students a release can hand over: release.candidates name → the artifact key of its model folder
-STUDENTS = {"sft": "sft_merged", "rl": "rl_model"}
+STUDENTS = {"sft": "sft_merged", "pref": "pref_merged", "rl": "rl_model"}
 
 
 def rules_only(cfg: dict, tenant: str) -> bool:
@@ -45,7 +45,9 @@ def rules_only(cfg: dict, tenant: str) -> bool:
 def tenant_candidates(cfg: dict, tenant: str) -> list[dict]:
     """The eval candidates of tenant `tenant`: all, less the local models for a rules-only tenant."""
     rules = rules_only(cfg, tenant)
-    return [c for c in cfg["eval"]["candidates"] if not (rules and c["kind"] == "model")]
+    pref_off = not (cfg.get("pref") or {}).get("enabled")  # no preference model to score without its stage
+    return [c for c in cfg["eval"]["candidates"] if not (rules and c["kind"] == "model")
+            and not (pref_off and c["kind"] == "model" and c.get("artifact") == "pref_merged")]
 
 
 def eval_rows(test_path: str, queries_path: str, max_rows: int | None) -> list[dict]:
@@ -91,7 +93,7 @@ def candidate_spec(cfg: dict, name: str) -> dict:
 
 
 def model_path(spec: dict, tenant: dict) -> str:
-    """A model candidate's folder: an artifact key (base_model, sft_merged, rl_model) or a literal path; the
+    """A model candidate's folder: an artifact key (base_model, sft_merged, pref_merged, rl_model) or a literal path; the
     release's is models/T/release."""
     if spec["kind"] == "release":
         return artifact_paths(tenant)["release"]
@@ -99,7 +101,7 @@ def model_path(spec: dict, tenant: dict) -> str:
         paths = artifact_paths(tenant)
         if spec["artifact"] not in paths:
             raise QrewriteError(f"eval candidate {spec['name']}: unknown artifact {spec['artifact']!r}",
-                                hint="use base_model, sft_merged or rl_model, or give `path:`")
+                                hint="use base_model, sft_merged, pref_merged or rl_model, or give `path:`")
         return paths[spec["artifact"]]
     return spec["path"].format(tenant=tenant["name"])
 
@@ -238,7 +240,12 @@ def release_rewrites(spec: dict, cfg: dict, tenant: dict, rows: list[dict], fold
 
     released = load_release(folder)["released"]
     if released["kind"] == "rule":
-        return [{**r, "released": released["name"]} for r in RULE_REWRITES[released["rule"]](spec, rows)]
+        from ..runtime.rules import load_rule
+
+        text = load_rule(released["rule"], folder)  # the gateway's rule, from the release folder alone
+        return [{**_base(spec, r), "status": "ok", "reason": None, "rewrite": text(r), "model": None,
+                 "latency_s": 0.0, "compute_s": 0.0, "cost_usd": 0.0, "usage": None, "released": released["name"]}
+                for r in rows]
     import torch
 
     if threads:

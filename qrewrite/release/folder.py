@@ -16,8 +16,10 @@ from ..runtime.release_file import RELEASE_FILE
 log = logging.getLogger(__name__)
 
 # what each rule sends to the RAG service in place of a model's rewrite
-RULE_TEXT = {"raw": "the user's query as it is", "query_history": "the user's query with the history summary "
-                                                                  "pasted after it"}
+RULE_TEXT = {"raw": "the user's query as it is",
+             "query_history": "the user's query with the history summary pasted after it",
+             "resolve": "the user's query with its referent resolved over the tenant's entity lexicon (the embedded "
+                        "teacher; the lexicon frozen beside release.json)"}
 
 
 # Snakemake's marker of when a directory output was finished: a hard link to the model's would be touched when the
@@ -42,9 +44,12 @@ def _link_model(src: Path, dst: Path) -> str:
     return how
 
 
-def write_release(out: str, doc: dict, model_dir: str | None) -> None:
-    """models/T/release: release.json, and the released model's files when it is a model."""
+def write_release(out: str, doc: dict, model_dir: str | None, state: dict[str, object] | None = None) -> None:
+    """models/T/release: release.json, and the released model's files when it is a model, or a rule's state
+    (file name → JSON) when it has one."""
     with atomic_dir(out) as tmp:
+        for name, content in (state or {}).items():
+            write_json(tmp / name, content)
         if model_dir is not None:
             doc = {**doc, "released": {**doc["released"], "files": _link_model(Path(model_dir), tmp)}}
         write_json(tmp / RELEASE_FILE, doc)

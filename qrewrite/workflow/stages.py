@@ -79,6 +79,9 @@ class Stage:
     server_log: bool = False        # also writes the model server's own log next to its log
     priority: int = 0               # Snakemake's job priority: when cores are short, higher runs first
     student: bool = False           # only for tenants that train a student (tenants[].student not `never`)
+    switch: str | None = None       # a boolean config key (e.g. "pref.enabled"): no jobs while it is false
+    # modules the command hands another program by file path (no import shows them): its code deps too
+    by_path: tuple[str, ...] = ()
 
     @property
     def command(self) -> str:
@@ -166,18 +169,38 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
                 o("out", "rl_model"), d("run-dir", "rl_run"), o("tb", "tb_rl"), o("stats", "stats_rl"),
                 o("val-rewrites", "rl_val_rewrites")),
           reads=("rl_train", "rl_val", "rl_train_swift", "rl_val_swift", "kb"),
+          # the reward plugins: ms-swift's --external_plugins (training.rl.swift_grpo.PLUGIN), verl's reward file
+          # (training.rl.verl.train.REWARD_FILE); tests/test_dvc.py holds them to those constants
+          by_path=("qrewrite.reward.swift_plugin", "qrewrite.reward.verl_reward"),
           params=("rl", "reward", "rag", "eval.generation", "eval.bootstrap", "tenant.judge_rubric", "tenant.language", "tenant.system_prompt",
                   "tenant.kb", "tenant.tenant_id"),
           # RL heads the longest path left after SFT (RL, then its eval generation): ahead of the SFT model's
           # eval generation, which can wait. Left to the scheduler, both tenants' RL ran last, and make run took
           # longer (docs/notes/2026-11-27-make-run-timing.md).
           env="rl", threads=True, mem_mb=32000, runtime=720, launcher="ray", half="models", priority=10, student=True),
+    # preference optimisation (pref.enabled): training rows only; the model is a release candidate like sft and rl
+    Stage("pref_pairs", "Preference pairs from the training rows: the SFT student's sampled rewrites and the "
+          "teacher's, scored by Hit@1 against gold through the RAG → pairs.jsonl + summary.json.", "training",
+          args=(i("train"), i("queries"), i("model", "sft_merged"), o("out", "pref_pairs"),
+                o("summary", "pref_pairs_summary")),
+          reads=("kb",), params=("pref", "eval.generation", "rag", "train.device", "tenant.kb", "tenant.language",
+                                 "tenant.system_prompt", "tenant.tenant_id"),
+          env="swift", threads=True, mem_mb=16000, runtime=60, half="models", student=True, switch="pref.enabled"),
+    Stage("pref", "DPO (ms-swift, with an SFT term) of a LoRA on the merged SFT model from the preference pairs, "
+          "merged → the preference model.", "training",
+          args=(i("model", "sft_merged"), i("pairs", "pref_pairs"), i("summary", "pref_pairs_summary"),
+                o("adapter", "pref_model"), o("out", "pref_merged"), d("run-dir", "pref_run"), o("tb", "tb_pref"),
+                o("stats", "stats_pref")),
+          params=("pref", "train.device", "base_model"), env="swift", threads=True, mem_mb=16000, runtime=240,
+          half="models", student=True, switch="pref.enabled"),
     # the release sees the validation split only (no test, no eval output): tests/test_release.py holds it to that
-    Stage("release", "What the tenant gets, chosen on the validation split: query + history (a rule), SFT or RL, "
-          "each with the decoding levers under consideration; ties go to the cheaper → models/T/release.",
-          "release", args=(i("val"), i("queries"), i("sft", "sft_merged"), i("rl", "rl_model"),
-                           i("rl-rewrites", "rl_val_rewrites"), o("out", "release")),
-          reads=("kb",), params=("release", "eval.generation", "eval.bootstrap", "rag", "tenant.kb",
+    Stage("release", "What the tenant gets, chosen on the validation split: query + history or the embedded teacher "
+          "(rules), SFT, the preference model or RL, each with the decoding levers under consideration; a costlier "
+          "one must win by more than half a row → models/T/release.",
+          "release", args=(i("val"), i("queries"), i("sft", "sft_merged"), i("pref", "pref_merged"),
+                           i("rl", "rl_model"), i("rl-rewrites", "rl_val_rewrites"), o("out", "release")),
+          reads=("kb",), params=("release", "pref.enabled", "teacher.provider", "tenant.teacher", "eval.generation",
+                                 "eval.bootstrap", "rag", "tenant.kb",
                                  "tenant.language", "tenant.system_prompt", "tenant.tenant_id"),
           env="swift", threads=True, mem_mb=16000, runtime=60, half="models", priority=5),
     # --- evaluation and report ---------------------------------------------------------------------------
@@ -246,7 +269,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
 )}
 
 # Artifact keys that are folders (Snakemake `directory()` outputs).
-DIRECTORIES = frozenset({"base_model", "sft_model", "sft_merged", "rl_model", "release", "tb_sft", "tb_rl", "judge_sft_model",
+DIRECTORIES = frozenset({"base_model", "sft_model", "sft_merged", "rl_model", "pref_model", "pref_merged", "tb_pref",
+                         "release", "tb_sft", "tb_rl", "judge_sft_model",
                          "judge_sft_merged", "judge_model", "tb_judge_sft", "tb_judge_grpo"})
 
 
@@ -284,6 +308,8 @@ def param_value(cfg: dict, key: str, tenant: dict | None = None):
 def jobs(s: Stage, cfg: dict, tenants: list[str] | None = None) -> list[tuple[dict | None, dict | None]]:
     """(tenant, candidate) of every job of stage `s` over `tenants` (names; default every tenant). A stage over
     all tenants runs only when every tenant is selected (the report covers them all)."""
+    if s.switch and not switched_on(cfg, s.switch):
+        return []
     names = [t["name"] for t in cfg["tenants"]] if tenants is None else tenants
     picked = [t for t in cfg["tenants"] if t["name"] in names]
     if s.student:  # a rules-only tenant trains nothing (and the base model is needed only where one trains)
@@ -299,6 +325,20 @@ def jobs(s: Stage, cfg: dict, tenants: list[str] | None = None) -> list[tuple[di
     if s.per == "candidate":  # a rules-only tenant has no model candidate (its release is a rule)
         return [(t, c) for t in picked for c in candidates(s, cfg) if has_student(t) or c["kind"] != "model"]
     return [(t, None) for t in picked]
+
+
+def switched_off_keys(cfg: dict) -> set[str]:
+    """The artifact keys the stages switched off by the config would write."""
+    return {k for st in STAGES.values() if st.switch and not switched_on(cfg, st.switch)
+            for a in st.args if a.role == "out" for k in a.keys}
+
+
+def switched_on(cfg: dict, key: str) -> bool:
+    """The boolean at dotted `key` of the config (a stage's `switch`)."""
+    node = cfg
+    for part in key.split("."):
+        node = node[part]
+    return bool(node)
 
 
 def candidates(s: Stage, cfg: dict) -> list[dict]:
@@ -359,6 +399,9 @@ def named_files(s: Stage, role: str, tenant: str, given: dict, cfg: dict,
     named += [(k, (k,)) for k in (s.reads if role == "in" else s.writes)]
     if role == "in" and rules_only(cfg, tenant):
         named = [(n, keys) for n, keys in named if not STUDENT_KEYS & set(keys)]
+    if role == "in":  # what a stage switched off (its `switch` false) would have made is no one's input
+        off = switched_off_keys(cfg)
+        named = [(n, keys) for n, keys in named if not off & set(keys)]
     out: dict[str, str | list[str]] = {}
     for name, keys in named:
         paths = [resolve(k, tenant, given, cfg, candidate) for k in keys]
@@ -392,8 +435,8 @@ def job_threads(setting: int | str, cores: int | None, tenants: int) -> int:
     """Threads of one training / generation job. An integer is taken as given; `auto` shares the run's cores
     among its tenants, so on a CPU box the tenants' chains (sft → merge → rl → eval) run side by side: these
     jobs are full of single-threaded phases (start-up, data, scoring) and small ops that a second thread
-    speeds up little (2 cores, Qwen2.5-0.5B LoRA SFT: two 1-thread jobs at once 8.5 s a step each, one
-    2-thread job alone 6.3 s a step)."""
+    speeds up little (2 cores, Qwen2.5-0.5B LoRA SFT: two 1-thread jobs at once made about 1.5 times the steps
+    of one 2-thread job alone)."""
     if setting != "auto":
         return int(setting)
     return max(1, int(cores or 1) // max(1, tenants))
