@@ -12,7 +12,7 @@ TRAIN_ENVS := .venvs/swift/.installed .venvs/verl/.installed
 .DEFAULT_GOAL := help
 
 .PHONY: help setup run run-quick serve deploy report lineage test test-fast bench cqr durdev rl-check base-wheels clean
-.PHONY: clean-all bench-serve
+.PHONY: clean-all bench-serve tenant-figures
 .PHONY: env test-env test-tools slurm-tools container-tools containers containers-remove containers-save
 .PHONY: test-containers cqr-data durdev-data gpu-kit gpu-rehearsal gpu-rehearsal-wheels gpu-rehearsal-run
 .PHONY: gpu-rehearsal-clean
@@ -84,6 +84,16 @@ test-fast: $(VENV)/.test-env ## the unit-level tests only (not marked slow): min
 # Benchmarks (bench/README.md): results as JSON under bench/results/, table via bench/report.py. Dated studies: studies/.
 bench: $(VENV)/.test-env ## the benchmarks (bench/README.md): JSON under bench/results/
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m bench.run_all
+
+# A finished run's figures per tenant (bench/tenant_figures.py → bench/results/tenant_<T>.json, the tenant tables'
+# source; then `.venv/bin/python bench/figures.py` re-renders them). FIGURES_RUN: the command that made the run, as
+# typed; FIGURES_CONFIGS: the config files it merged.
+FIGURES_TENANTS ?= fivedoctors chengla
+FIGURES_RUN ?= make run
+FIGURES_CONFIGS ?= config.yaml
+tenant-figures: $(VENV)/.data-env ## a finished run's figures per tenant → bench/results/tenant_<T>.json (FIGURES_TENANTS=, FIGURES_RUN=)
+	$(BIN)/python -m bench.tenant_figures $(foreach t,$(FIGURES_TENANTS),--tenant $(t)) --run "$(FIGURES_RUN)" \
+	    $(foreach c,$(FIGURES_CONFIGS),--config $(c))
 
 # The gateway under load (bench/serve_engine.py) and with many tenants (bench/serve_tenants.py), on the releases of a
 # finished run (make run-quick at least): bench/results/serve_engine.json, serve_tenants.json. BASELINE_REF: a commit

@@ -43,13 +43,19 @@ def test_rows_without_a_pair_say_why():
 
 def test_the_pref_stages_run_only_when_switched_on():
     from qrewrite.config import load_config
-    from qrewrite.workflow.stages import STAGES, jobs
+    from qrewrite.workflow.stages import STAGES, job_files, jobs
 
     cfg = load_config(str(REPO / "config.yaml"))
     for on in (False, True):
         cfg["pref"]["enabled"] = on
         for name in ("pref_pairs", "pref"):
             assert bool(jobs(STAGES[name], cfg)) is on
+        # nothing downstream asks for the preference model while its stage is off: no eval job, no release input
+        scored = {c["name"] for _, c in jobs(STAGES["eval_generate"], cfg)}
+        assert ("pref" in scored) is on
+        release_inputs = {k for t, _ in jobs(STAGES["release"], cfg)
+                          for k in job_files(STAGES["release"], "in", t, cfg)}
+        assert ("pref" in release_inputs) is on
 
 
 def test_too_few_pairs_stop_the_stage_with_the_counts(tmp_path):

@@ -322,8 +322,8 @@ def jobs(s: Stage, cfg: dict, tenants: list[str] | None = None) -> list[tuple[di
         return [(None, None)] if len(picked) == len(cfg["tenants"]) else []
     if s.per == "demo_tenant":
         picked = [t for t in picked if t.get("demo_source")]
-    if s.per == "candidate":  # a rules-only tenant has no model candidate (its release is a rule)
-        return [(t, c) for t in picked for c in candidates(s, cfg) if has_student(t) or c["kind"] != "model"]
+    if s.per == "candidate":  # the tenant's own candidates: no model for a rules-only tenant, none of a stage off
+        return [(t, c) for t in picked for c in candidates(s, cfg) if c in tenant_candidates(cfg, t["name"])]
     return [(t, None) for t in picked]
 
 
