@@ -35,8 +35,12 @@ def run_pytest(tmp_path, *args: str, files: dict | None = None, **env) -> subpro
     for name, text in (files or {"test_scratch.py": SCRATCH_TESTS}).items():
         (tests / name).write_text(text)
     clean = {k: v for k, v in os.environ.items() if k not in (STRICT_SKIPS_ENV, PROFILE_ENV)}
+    # the copied conftest imports the loopback servers as `tests.servers`: the repo's tests/ joins this one's
+    # namespace package through the path
+    path = os.pathsep.join(p for p in (str(TESTS.parent), clean.get("PYTHONPATH")) if p)
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, str(tests)],
-                          cwd=tmp_path, env={**clean, **env}, capture_output=True, text=True, timeout=120)
+                          cwd=tmp_path, env={**clean, "PYTHONPATH": path, **env}, capture_output=True, text=True,
+                          timeout=120)
 
 
 def test_a_skip_ci_does_not_list_fails_the_strict_run(tmp_path):

@@ -187,7 +187,7 @@ def test_the_release_links_the_models_files_but_not_the_workflows_marker(tmp_pat
 def test_the_release_stage_is_given_no_test_rows_and_no_eval_output():
     s = STAGES["release"]
     ins = set(s.keys("in"))
-    assert ins == {"val", "queries", "sft_merged", "rl_model", "rl_val_rewrites", "kb"}
+    assert ins == {"val", "queries", "sft_merged", "pref_merged", "rl_model", "rl_val_rewrites", "kb"}
     assert not ins & {"test", "eval_split", "rewrites", "all_rewrites", "eval_json", "examples", "plots"}
     assert set(s.keys("out")) == {"release"} and s.half == "models"
     # the eval scores it on test afterwards: the release is upstream of the eval, never the other way round
@@ -297,7 +297,9 @@ def test_the_release_records_every_candidate_on_validation_and_the_rule(released
     # the decision is the rule's on the recorded figures, not something else
     decision = choose(shipped["candidates"], shipped["decision"]["margin_rows"])
     assert shipped["released"]["name"] == decision["name"] and shipped["decision"]["why"] == decision["why"]
-    assert "otherwise the cheaper keeps it" in shipped["decision"]["rule"] and shipped["left_out"] == {}
+    assert "otherwise the cheaper keeps it" in shipped["decision"]["rule"]
+    # config.yaml lists the preference model, whose stage is off: left out, saying why
+    assert shipped["left_out"] == {"pref": "pref.enabled is false: the preference stage did not run"}
     assert shipped["advice"] == advise(shipped["candidates"], shipped["candidates"], "teacher")
     lineage = json.loads((project.root / PATHS["release"] / "lineage.json").read_text(encoding="utf-8"))
     assert lineage["model"]["rule"] == "release" and set(lineage["inputs"]) == {"val", "queries", "sft", "rl"}

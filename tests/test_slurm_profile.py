@@ -66,10 +66,13 @@ def jobs(dry_run: str) -> list[dict]:
 
 
 def workflow_rules(checkout: Path) -> set[str]:
-    """The rules that run a command: one per row of the stage table (the Snakefile adds only target rules)."""
-    from qrewrite.workflow.stages import STAGES
+    """The rules that run a command: one per row of the stage table (the Snakefile adds only target rules), less the
+    stages the checkout's config switches off (pref.enabled), which have no rule."""
+    from qrewrite.config import load_config
+    from qrewrite.workflow.stages import STAGES, switched_on
 
-    return set(STAGES)
+    cfg = load_config(checkout / "config.yaml")
+    return {n for n, s in STAGES.items() if not s.switch or switched_on(cfg, s.switch)}
 
 
 @pytest.mark.slow
