@@ -46,8 +46,10 @@ def teacher_rule(cfg: dict, tenant: dict) -> tuple[str | None, str]:
     provider = tenant_teacher(cfg, tenant)["provider"]
     if provider in RULE_TEACHERS:
         return RULE_TEACHERS[provider], f"the tenant's teacher is the embedded {provider} rule: no model, no paid call"
-    return None, (f"the tenant's teacher is {provider}, which does not run at serving time without a paid call or "
-                  f"the KB's retriever: not a release candidate")
+    why = {"openai": "an API model: a paid call per request", "prf": "it needs a retriever over the KB, which a "
+           "gateway in front of an HTTP RAG does not have", "column": "the sheet's own rewrites: none exist for a new "
+           "request"}.get(provider, "it does not run at serving time")
+    return None, f"the tenant's teacher is {provider} ({why}): not a release candidate"
 
 
 def release_candidates(cfg: dict, tenant: dict, rules_only: bool = False) -> tuple[list[dict], dict[str, str]]:
