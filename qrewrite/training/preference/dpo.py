@@ -25,9 +25,9 @@ from typing import Any, Mapping
 from ...config import base_model_swift
 from ...errors import QrewriteError
 from ...hardware import resolve_dtype
-from ...io_utils import atomic_dir, read_json, read_jsonl
+from ...io_utils import read_json, read_jsonl
 from .. import resume
-from ..sft.train import ADAPTER_FILES
+from ..sft.train import save_adapter
 from ..swift import commands as sc
 from ..swift import runner
 from ..swift.merge import merge_lora
@@ -122,13 +122,7 @@ def run_dpo(cfg: dict, *, model: str, pairs: str, adapter_out: str, out: str, ru
         argv = dpo_cmd({**cmd, "resume_from_checkpoint": str(ck)})
     wall = runner.run_swift(argv, log_file=log_file, env={"OMP_NUM_THREADS": str(threads)} if threads else None)
     last = runner.last_checkpoint(run_dir)
-    missing = [f for f in ADAPTER_FILES[:2] if not (last / f).is_file()]
-    if missing:
-        raise QrewriteError(f"last checkpoint {last} lacks {missing}", hint="was --tuner_type lora used?")
-    with atomic_dir(adapter_out) as tmp:
-        for f in ADAPTER_FILES:
-            if (last / f).is_file():
-                shutil.copy2(last / f, tmp / f)
+    save_adapter(last, adapter_out, "last")
     merged = merge_lora(cfg, base=model, adapter=adapter_out, out=out, log_file=log_file, threads=threads)
     resume.mark_finished(run_dir)
     hist = loss_history(run_dir)

@@ -21,6 +21,18 @@ ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "args.json"
 SCHEDULE_KEYS = ("evals_per_epoch", "early_stop_evals", "max_wall_minutes")
 
 
+def save_adapter(checkpoint: Path, out: str, which: str) -> None:
+    """The LoRA adapter of a swift checkpoint copied whole into `out` (atomic); raises when its config or weights
+    are missing. `which` names the checkpoint in the error (best, last)."""
+    missing = [f for f in ADAPTER_FILES[:2] if not (checkpoint / f).is_file()]
+    if missing:
+        raise QrewriteError(f"{which} checkpoint {checkpoint} lacks {missing}", hint="was --tuner_type lora used?")
+    with atomic_dir(out) as tmp:
+        for f in ADAPTER_FILES:
+            if (checkpoint / f).is_file():
+                shutil.copy2(checkpoint / f, tmp / f)
+
+
 def sft_hparams(cfg: dict) -> dict:
     """The `swift sft` hyper-parameters for this config: train.sft + device + the base model's swift type, with
     train.sft.precision resolved for this machine (auto: bfloat16 where it is native, float32 where it would be
@@ -100,13 +112,7 @@ def run_sft(cfg: dict, *, base: str, train: str, val: str, out: str, run_dir: st
                             f"(every {plan['eval_steps']} steps)", hint="raise train.sft.max_wall_minutes, or "
                             "evaluate more often (train.sft.evals_per_epoch)")
     best = runner.best_checkpoint(run_dir)
-    missing = [f for f in ADAPTER_FILES[:2] if not (best / f).is_file()]
-    if missing:
-        raise QrewriteError(f"best checkpoint {best} lacks {missing}", hint="was --tuner_type lora used?")
-    with atomic_dir(out) as tmp:
-        for f in ADAPTER_FILES:
-            if (best / f).is_file():
-                shutil.copy2(best / f, tmp / f)
+    save_adapter(best, out, "best")
     if not capped:  # a capped run is not finished: a rerun resumes it from its last checkpoint
         resume.mark_finished(run_dir)
     hist = eval_history(run_dir)
