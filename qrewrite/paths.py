@@ -50,7 +50,8 @@ def tenant_paths(tenant: str) -> dict[str, str]:
         "rl_val_rewrites": f"{r}/train/rl-val-rewrites.json",  # both models' rewrites of val (qrewrite.eval.reuse)
         # preference optimisation (pref.enabled): pairs from the training rows, DPO on the merged SFT model
         "pref_pairs": f"{r}/pref/pairs.jsonl",   # ms-swift DPO rows: SFT prompt + chosen, rejected_response
-        "pref_pairs_summary": f"{r}/pref/summary.json",  # rows, pairs, why rows gave none
+        "pref_examples": f"{r}/pref/examples.jsonl",  # ms-swift KTO rows: SFT prompt + one text, label
+        "pref_pairs_summary": f"{r}/pref/summary.json",  # rows, pairs, examples, why rows gave no pair
         "pref_run": f"{r}/train/pref-run",       # swift's output_dir
         "pref_model": f"{m}/pref",               # LoRA adapter (last checkpoint) over sft-merged
         "pref_merged": f"{m}/pref-merged",       # sft-merged + the DPO adapter, full HF folder

@@ -233,30 +233,32 @@ def cmd_pref_pairs(args) -> None:
 
     cfg, tenant = load(args)
     doc = write_pairs(cfg, tenant, train=args.train, queries=args.queries, model=args.model, out=args.out,
-                      summary=args.summary, threads=args.threads)
-    log.info("pref-pairs %s: %d pairs from %d training rows with gold (no pair: %s), %ss", tenant["name"],
-             doc["pairs"], doc["rows_with_gold"], doc["no_pair"], doc["wall_s"])
+                      examples=args.examples, summary=args.summary, threads=args.threads)
+    log.info("pref-pairs %s: %d pairs and KTO examples %s from %d training rows with gold (no pair: %s), %ss",
+             tenant["name"], doc["pairs"], doc["kto_examples"], doc["rows_with_gold"], doc["no_pair"], doc["wall_s"])
 
 
 def cmd_pref(args) -> None:
     from ..envs import ensure_env
 
     ensure_env("swift", args.argv)
-    from .preference.dpo import check_pairs, run_dpo
+    from .preference.train import choose_method, run_pref
 
     cfg, tenant = load(args)
-    n = check_pairs(cfg, args.pairs, args.summary)  # before any training: too few pairs stop here
+    # before any training: too few pairs and examples stop here
+    method, n = choose_method(cfg, args.pairs, args.examples, args.summary)
     started = time.time()
-    stats = run_dpo(cfg, model=args.model, pairs=args.pairs, adapter_out=args.adapter, out=args.out,
-                    run_dir=args.run_dir, tb_dir=args.tb, threads=args.threads)
-    inputs = {"model": args.model, "pairs": args.pairs}
-    usage = {"train_wall_s": stats["wall_s"], "steps": stats["steps"], "pairs": n}
+    data = args.pairs if method == "dpo" else args.examples
+    stats = run_pref(cfg, method, model=args.model, data=data, adapter_out=args.adapter, out=args.out,
+                     run_dir=args.run_dir, tb_dir=args.tb, counts=n, threads=args.threads)
+    inputs = {"model": args.model, ("pairs" if method == "dpo" else "examples"): data}
+    usage = {"train_wall_s": stats["wall_s"], "steps": stats["steps"], **n}
     _lineage(args.adapter, rule="pref", tenant=tenant, inputs=inputs, params=stats["hparams"], cfg=cfg, env="swift",
              started=started, usage=usage)
     _lineage(args.out, rule="pref", tenant=tenant, inputs={**inputs, "adapter": args.adapter},
              params=stats["hparams"], cfg=cfg, env="swift", started=started, usage=usage)
-    _write_stats(args.stats, {"tenant": tenant["name"], "pairs": n, **stats})
-    log.info("pref %s: DPO on %d pairs, %d steps, loss %s -> %s, %ss", tenant["name"], n, stats["steps"],
+    _write_stats(args.stats, {"tenant": tenant["name"], **n, **stats})
+    log.info("pref %s: %s on %s, %d steps, loss %s -> %s, %ss", tenant["name"], method.upper(), n, stats["steps"],
              (stats["first"] or {}).get("loss"), (stats["last"] or {}).get("loss"), stats["wall_s"])
 
 
@@ -326,15 +328,17 @@ def register(sub) -> None:
            ("--queries", "queries.jsonl (query, history, gold per query id)"),
            ("--model", "merged SFT model folder"),
            ("--out", "pairs.jsonl (ms-swift DPO rows)"),
-           ("--summary", "summary.json (rows, pairs, why rows gave none)"))
+           ("--examples", "examples.jsonl (ms-swift KTO rows: one text and its label)"),
+           ("--summary", "summary.json (rows, pairs, examples, why rows gave no pair)"))
     p.add_argument("--threads", type=int, help="CPU threads (torch)")
     p.set_defaults(func=cmd_pref_pairs)
 
-    p = sub.add_parser("pref", help="DPO with an SFT term (ms-swift) of a LoRA on the merged SFT model from the "
-                       "preference pairs, merged (models/T/pref-merged)")
+    p = sub.add_parser("pref", help="DPO with an SFT term, or KTO where pairs are few (pref.method), with ms-swift, "
+                       "of a LoRA on the merged SFT model, merged (models/T/pref-merged)")
     common(p, ("--model", "merged SFT model folder (the policy's start and the reference)"),
-           ("--pairs", "pairs.jsonl"),
-           ("--summary", "the pairs' summary.json (named when there are too few pairs)"),
+           ("--pairs", "pairs.jsonl (DPO)"),
+           ("--examples", "examples.jsonl (KTO)"),
+           ("--summary", "the pairs' summary.json (named when there are too few pairs and examples)"),
            ("--adapter", "LoRA adapter folder to create (models/T/pref)"),
            ("--out", "merged model folder to create (models/T/pref-merged)"))
     p.add_argument("--run-dir", required=True, help="swift output_dir (checkpoints, logging.jsonl)")

@@ -180,15 +180,17 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           env="rl", threads=True, mem_mb=32000, runtime=720, launcher="ray", half="models", priority=10, student=True),
     # preference optimisation (pref.enabled): training rows only; the model is a release candidate like sft and rl
     Stage("pref_pairs", "Preference pairs from the training rows: the SFT student's sampled rewrites and the "
-          "teacher's, scored by Hit@1 against gold through the RAG → pairs.jsonl + summary.json.", "training",
+          "teacher's, scored by Hit@1 against gold through the RAG → pairs.jsonl (DPO), examples.jsonl (KTO) + "
+          "summary.json.", "training",
           args=(i("train"), i("queries"), i("model", "sft_merged"), o("out", "pref_pairs"),
-                o("summary", "pref_pairs_summary")),
+                o("examples", "pref_examples"), o("summary", "pref_pairs_summary")),
           reads=("kb",), params=("pref", "eval.generation", "rag", "train.device", "tenant.kb", "tenant.language",
                                  "tenant.system_prompt", "tenant.tenant_id"),
           env="swift", threads=True, mem_mb=16000, runtime=60, half="models", student=True, switch="pref.enabled"),
-    Stage("pref", "DPO (ms-swift, with an SFT term) of a LoRA on the merged SFT model from the preference pairs, "
+    Stage("pref", "DPO with an SFT term, or KTO where pairs are few (ms-swift), of a LoRA on the merged SFT model, "
           "merged → the preference model.", "training",
-          args=(i("model", "sft_merged"), i("pairs", "pref_pairs"), i("summary", "pref_pairs_summary"),
+          args=(i("model", "sft_merged"), i("pairs", "pref_pairs"), i("examples", "pref_examples"),
+                i("summary", "pref_pairs_summary"),
                 o("adapter", "pref_model"), o("out", "pref_merged"), d("run-dir", "pref_run"), o("tb", "tb_pref"),
                 o("stats", "stats_pref")),
           params=("pref", "train.device", "base_model"), env="swift", threads=True, mem_mb=16000, runtime=240,

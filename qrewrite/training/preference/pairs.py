@@ -7,12 +7,19 @@ Hit@1 is 1: gold alone at the top, no tie. A row gives one pair (`build_pair`): 
 it puts gold first (the text SFT already taught), else the first sample that does and is not degenerate; rejected
 is the sample with the lowest Hit@1 (the first of equals, in sampling order). A row where nothing puts gold first,
 or where every sample already does, gives none, and the summary counts why. Validation and test rows are never read.
+
+The same scores give KTO's unpaired examples (`build_examples`), for tenants with too few pairs for DPO: every
+distinct sample that does not put gold first is undesirable, from any row, including rows where nothing does; as
+many desirable texts (each row's chosen text) are drawn, the rows that also have an undesirable sample first, then
+the rest in a seeded order. Equal counts keep KTO's two loss weights at 1 (within the KTO paper's recommended ratio)
+and its training steps bounded by the undesirable examples, which are what the student has to learn from.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections import Counter
 
@@ -29,18 +36,25 @@ NO_CHOSEN = "nothing_puts_gold_first"   # neither the teacher's rewrite nor any 
 NO_REJECTED = "every_sample_puts_gold_first"
 
 
+def _chosen(teacher: dict, samples: list[dict]) -> tuple[dict | None, str | None]:
+    """The text a row teaches: the teacher's rewrite when it puts gold first, else the first sample that does and is
+    not degenerate; with its source ('teacher' | 'sample'), or (None, None)."""
+    if teacher.get("text") and teacher["hit_at_1"] >= GOLD_FIRST:
+        return teacher, "teacher"
+    chosen = next((s for s in samples if s["text"] and s["hit_at_1"] >= GOLD_FIRST and not s.get("degenerate")), None)
+    return chosen, "sample" if chosen else None
+
+
+def _losers(samples: list[dict]) -> list[dict]:
+    # an empty completion has nothing for a log-probability to act on: not a rejected text
+    return [s for s in samples if s["text"] and s["hit_at_1"] < GOLD_FIRST]
+
+
 def build_pair(teacher: dict, samples: list[dict]) -> tuple[dict | None, str | None]:
     """(pair, None) or (None, why). `teacher` and each of `samples`: {text, hit_at_1, degenerate (samples)}.
     The pair: {chosen, rejected, chosen_source ('teacher' | 'sample'), chosen_hit_at_1, rejected_hit_at_1}."""
-    chosen, source = None, None
-    if teacher.get("text") and teacher["hit_at_1"] >= GOLD_FIRST:
-        chosen, source = teacher, "teacher"
-    else:
-        chosen = next((s for s in samples if s["text"] and s["hit_at_1"] >= GOLD_FIRST and not s.get("degenerate")),
-                      None)
-        source = "sample" if chosen else None
-    # an empty completion has nothing for the rejected side's log-probability to act on: not a rejected text
-    losers = [s for s in samples if s["text"] and s["hit_at_1"] < GOLD_FIRST]
+    chosen, source = _chosen(teacher, samples)
+    losers = _losers(samples)
     if chosen is None:
         return None, NO_CHOSEN
     if not losers:
@@ -49,6 +63,27 @@ def build_pair(teacher: dict, samples: list[dict]) -> tuple[dict | None, str | N
     return {"chosen": chosen["text"], "rejected": rejected["text"], "chosen_source": source,
             "chosen_hit_at_1": chosen["hit_at_1"], "rejected_hit_at_1": rejected["hit_at_1"],
             "rejected_degenerate": rejected.get("degenerate")}, None
+
+
+def build_examples(scored: list[tuple[dict, dict, list[dict]]], seed: int) -> list[dict]:
+    """KTO's unpaired examples from scored rows [(row, teacher, samples)] (`teacher`, `samples` as build_pair's):
+    [{row, text, label, source, hit_at_1}], the undesirable ones first. Every distinct loser is undesirable; as many
+    desirable chosen texts are drawn, rows that also have a loser first, then the rest in a `seed`ed order."""
+    bad, with_loser, rest = [], [], []
+    for row, teacher, samples in scored:
+        chosen, source = _chosen(teacher, samples)
+        seen, losers = {chosen["text"]} if chosen else set(), []
+        for s in _losers(samples):  # one example per distinct text: a repeated sample is not new evidence
+            if s["text"] not in seen:
+                seen.add(s["text"])
+                losers.append(s)
+        bad += [{"row": row, "text": s["text"], "label": False, "source": "sample", "hit_at_1": s["hit_at_1"]}
+                for s in losers]
+        if chosen:
+            (with_loser if losers else rest).append({"row": row, "text": chosen["text"], "label": True,
+                                                     "source": source, "hit_at_1": chosen["hit_at_1"]})
+    random.Random(seed).shuffle(rest)
+    return bad + (with_loser + rest)[:len(bad)]
 
 
 def training_rows(train: str, queries: str) -> list[dict]:
@@ -143,10 +178,11 @@ def pref_settings(cfg: dict) -> dict:
             "batch_size": p["sample_batch_size"], "dtype": gen.get("dtype"), "trim_loops": bool(gen.get("trim_loops"))}
 
 
-def write_pairs(cfg: dict, tenant: dict, *, train: str, queries: str, model: str, out: str, summary: str,
-                threads: int | None = None) -> dict:
+def write_pairs(cfg: dict, tenant: dict, *, train: str, queries: str, model: str, out: str, examples: str,
+                summary: str, threads: int | None = None) -> dict:
     """Sample, score, pair; write `out` (ms-swift's DPO rows: the SFT prompt + chosen as the assistant turn,
-    `rejected_response`, and `meta`) and `summary`. Returns the summary."""
+    `rejected_response`, and `meta`), `examples` (ms-swift's KTO rows: the SFT prompt + a text as the assistant
+    turn, `label`, and `meta`) and `summary`. Returns the summary."""
     started = time.monotonic()
     every = training_rows(train, queries)
     rows = [r for r in every if r["gold_doc_ids"]]
@@ -159,10 +195,11 @@ def write_pairs(cfg: dict, tenant: dict, *, train: str, queries: str, model: str
                               trim_loops=s["trim_loops"]) if rows else []
     sample_s = time.monotonic() - t0
     teacher_hits, sample_hits = score_rows(cfg, tenant, rows, samples) if rows else ([], [])
-    pairs, why = [], Counter()
+    pairs, why, scored_rows = [], Counter(), []
     for row, got, th, sh in zip(rows, samples, teacher_hits, sample_hits):
         scored = [{**g, "hit_at_1": h} for g, h in zip(got, sh)]
-        pair, reason = build_pair({"text": row["teacher"], "hit_at_1": th}, scored)
+        scored_rows.append((row, {"text": row["teacher"], "hit_at_1": th}, scored))
+        pair, reason = build_pair(*scored_rows[-1][1:])
         if pair is None:
             why[reason] += 1
             continue
@@ -170,9 +207,14 @@ def write_pairs(cfg: dict, tenant: dict, *, train: str, queries: str, model: str
                       "rejected_response": pair["rejected"],
                       "meta": {"query_id": row["query_id"], **{k: v for k, v in pair.items()
                                                                if k not in ("chosen", "rejected")}}})
+    kto = build_examples(scored_rows, s["seed"])
     write_jsonl(out, pairs)
+    write_jsonl(examples, [{"messages": [*e["row"]["prompt"], {"role": "assistant", "content": e["text"]}],
+                            "label": e["label"], "meta": {"query_id": e["row"]["query_id"], "source": e["source"],
+                                                         "hit_at_1": e["hit_at_1"]}} for e in kto])
     n_samples = sum(len(g) for g in samples)
     doc = {"tenant": tenant["name"], "rows": len(every), "rows_with_gold": len(rows), "pairs": len(pairs),
+           "kto_examples": {"desirable": sum(e["label"] for e in kto), "undesirable": sum(not e["label"] for e in kto)},
            "no_pair": {"no_gold": len(every) - len(rows), **{k: why.get(k, 0) for k in (NO_CHOSEN, NO_REJECTED)}},
            "chosen_source": dict(Counter(p["meta"]["chosen_source"] for p in pairs)),
            "teacher_gold_first": sum(h >= GOLD_FIRST for h in teacher_hits),
