@@ -22,7 +22,7 @@ from qrewrite.release.select import choose
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE.parents[1] / "bench" / "results"
 TENANTS = {"fivedoctors": "tenant_fivedoctors_f4f0352.json", "chengla": "tenant_chengla_f4f0352.json",
-           "cqr": "tenant_cqr_afb97c5.json", "durdev": "tenant_durdev_feb4cbc.json", "sights": "tenant_sights.json"}
+           "cqr": "tenant_cqr_afb97c5.json", "durdev": "tenant_durdev_feb4cbc.json", "sights": "tenant_sights_afb97c5.json"}
 
 
 def restate(doc: dict, margin_rows: float) -> dict:
