@@ -281,3 +281,9 @@ def test_rl_runs_ahead_of_the_eval_generation_that_can_wait():
             prio.setdefault(m.group(1), set()).add(int(p.group(1)) if p else 0)
     assert prio["rl"] == {STAGES["rl"].priority}, prio
     assert prio["eval_generate"] == {0} and prio["sft"] == {0}, prio
+
+
+def test_the_training_gate_waits_for_the_data_card_its_stop_names():
+    # the gate's stop message sends the user to data_card.md; without this edge a gate that stops in seconds could
+    # end the run before Snakemake started the card
+    assert "data_card" in STAGES["training_gate"].keys("in")

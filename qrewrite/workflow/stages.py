@@ -143,6 +143,9 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     Stage("training_gate", "Before SFT: the teacher retrieves at least as well as query + history on the tenant's "
           "rows with gold and enough training rows passed, else stop with the figures and what to set → gate.json.",
           "training", args=(i("summary"), o("out", "gate")),
+          # the card its stop message points to is written first: without the edge the gate's few seconds could
+          # stop the run before Snakemake started the card
+          reads=("data_card",),
           params=("gate", "tenant.student", "teacher"), runtime=5, mem_mb=500, half="models", student=True),
     Stage("sft_targets", "What SFT learns: the teacher's rewrites, or per row whichever of it, it + the history "
           "terms it dropped and it + the history retrieves gold most surely, or it + the history on every row "
