@@ -157,10 +157,11 @@ def test_verify_fails_naming_the_artifact_whenever_any_upstream_byte_changes(cha
     assert verify_lineage(model) == []
     doc = lineage(project, "rl_model")
     targets = [e["path"] for e in doc["upstream"]] + [f"{PATHS['rl_model']}/{f}" for f in doc["model"]["files"]]
-    # 28 upstream artifacts (the data half, its stats, the reward check and the judge labels it read, summary and
-    # data card, gold and red-team sets, the training gate, the SFT targets, base and SFT models, RL files) + the
-    # model's 3 files
-    assert len(set(targets)) == len(targets) == 31
+    # 29 upstream artifacts (the data half, its stats, the reward check and the judge labels it read, summary and
+    # data card (its json, which SFT reads, and its page, which the training gate waits for), gold and red-team
+    # sets, the training gate, the SFT targets, base and SFT models, RL files) + the model's 3 files
+    assert len(set(targets)) == len(targets) == 32
+    assert {PATHS["data_card"], PATHS["data_card_json"]} <= set(targets)
     assert {PATHS["sft_train"], PATHS["sft_val"], PATHS["gate"]} <= set(targets)
     assert {PATHS["data_card_json"], PATHS["summary"], PATHS["stats_split"], PATHS["reward_check"]} <= set(targets)
     for rel in targets:
