@@ -62,23 +62,30 @@ DPO_DEFAULTS: dict[str, Any] = {
 }
 
 
-def dpo_cmd(hp: Mapping[str, Any]) -> list[str]:
-    """``swift rlhf --rlhf_type dpo`` with LoRA on a local pairs jsonl (rows: ``messages`` ending in the chosen
-    assistant turn, ``rejected_response``). Required: model, train_file, output_dir. Optional: logging_dir,
-    resume_from_checkpoint, everything in DPO_DEFAULTS (rpo_alpha None: no SFT term)."""
-    cfg = sc._merged(DPO_DEFAULTS, hp, ["model", "train_file", "output_dir"])
-    argv = [sc.swift_bin(hp), "rlhf", "--rlhf_type", "dpo",
+def _rlhf_argv(rlhf_type: str, hp: Mapping[str, Any], cfg: Mapping[str, Any], own: list[str]) -> list[str]:
+    """``swift rlhf --rlhf_type <type>`` with LoRA on a local jsonl: what DPO and KTO share, `own` (the method's
+    loss arguments) after beta, then the checkpoints and the resume point."""
+    return [sc.swift_bin(hp), "rlhf", "--rlhf_type", rlhf_type,
             *sc._model_data_args(cfg),
             *sc._dtype_args(cfg),
             *sc._lora_args(cfg),
             *sc._optim_args(cfg),
             "--max_length", str(cfg["max_length"]),
             "--beta", str(cfg["beta"]),
-            "--loss_type", str(cfg["loss_type"]),
-            *sc._output_args(cfg)]
+            *own,
+            *sc._output_args(cfg),
+            *sc._resume_args(cfg)]
+
+
+def dpo_cmd(hp: Mapping[str, Any]) -> list[str]:
+    """``swift rlhf --rlhf_type dpo`` with LoRA on a local pairs jsonl (rows: ``messages`` ending in the chosen
+    assistant turn, ``rejected_response``). Required: model, train_file, output_dir. Optional: logging_dir,
+    resume_from_checkpoint, everything in DPO_DEFAULTS (rpo_alpha None: no SFT term)."""
+    cfg = sc._merged(DPO_DEFAULTS, hp, ["model", "train_file", "output_dir"])
+    own = ["--loss_type", str(cfg["loss_type"])]
     if hp.get("rpo_alpha") is not None or "rpo_alpha" not in hp:
-        argv += ["--rpo_alpha", str(cfg["rpo_alpha"])]
-    return argv + sc._resume_args(cfg)
+        own += ["--rpo_alpha", str(cfg["rpo_alpha"])]
+    return _rlhf_argv("dpo", hp, cfg, own)
 
 
 KTO_DEFAULTS: dict[str, Any] = {**{k: v for k, v in DPO_DEFAULTS.items() if k not in DPO_ONLY},
@@ -94,17 +101,8 @@ def kto_cmd(hp: Mapping[str, Any]) -> list[str]:
     if cfg["per_device_train_batch_size"] * cfg["gradient_accumulation_steps"] < 2:
         raise QrewriteError("KTO needs at least 2 examples per step (its KL term pairs each with another)",
                             hint="raise pref.per_device_train_batch_size or pref.gradient_accumulation_steps")
-    return [sc.swift_bin(hp), "rlhf", "--rlhf_type", "kto",
-            *sc._model_data_args(cfg),
-            *sc._dtype_args(cfg),
-            *sc._lora_args(cfg),
-            *sc._optim_args(cfg),
-            "--max_length", str(cfg["max_length"]),
-            "--beta", str(cfg["beta"]),
-            "--desirable_weight", str(cfg["desirable_weight"]),
-            "--undesirable_weight", str(cfg["undesirable_weight"]),
-            *sc._output_args(cfg),
-            *sc._resume_args(cfg)]
+    return _rlhf_argv("kto", hp, cfg, ["--desirable_weight", str(cfg["desirable_weight"]),
+                                       "--undesirable_weight", str(cfg["undesirable_weight"])])
 
 
 def pref_hparams(cfg: dict, method: str) -> dict:
