@@ -99,8 +99,10 @@ def cmd_release(args) -> None:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("release", help="choose what the tenant gets on the validation split (query + history, the "
-                       "SFT or the RL student, each with its decoding levers; a tie goes to the cheaper) → "
+    p = sub.add_parser("release", help="choose what the tenant gets on the validation split, among all it can run (raw, "
+                       "query + history, the teacher where it is the embedded rule, the SFT, RL or preference "
+                       "student, each with its decoding levers; a costlier candidate must win by more than "
+                       "release.margin_rows) → "
                        "models/T/release (release.json, the model's files or none for a rule, lineage.json)")
     common(p, ("--val", "the validation split (results/T/sft/val.jsonl): the only rows the choice sees"),
            ("--queries", "results/T/queries.jsonl (query, profile, history, gold)"),
