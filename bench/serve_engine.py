@@ -1,6 +1,6 @@
 """The gateway under a tenant's traffic, at its shipped defaults: a model tenant and a rule tenant at client
 concurrency 1, 8, 16 and 32, and the same load on a baseline gateway (another commit, e.g. the one before the
-serving engine) in the same run. Writes bench/results/serve_engine.json.
+serving engine, with that commit's config.yaml) in the same run. Writes bench/results/serve_engine.json.
 
 Per gateway and level: every request is what a tenant's RAG sends (`qrewrite.deploy.load`: the OpenAI SDK on
 /v1/chat/completions, no retries); p50 / p95 latency, requests per second, fallbacks (answers the model did not
@@ -142,9 +142,9 @@ def start_vllm(python: str, model_dir: str, name: str, dtype: str, log_path: Pat
 
 
 def measure(name: str, src: Path, args, cfg: dict, tenants: dict, releases: dict, rows: dict, evaluated: dict,
-            tmp: Path, extra: list[str] = ()) -> dict:
+            tmp: Path, extra: list[str] = (), config: str | None = None) -> dict:
     keys = {key_env(cfg["serve"]["api_key_env"], t): secrets.token_urlsafe(16) for t in tenants}
-    proc, url = start_gateway(src, args.config, list(tenants), releases, keys, tmp / f"{name}.log",
+    proc, url = start_gateway(src, config or args.config, list(tenants), releases, keys, tmp / f"{name}.log",
                               [*args.gateway_arg, *extra])
     out = {"source": str(src), "levels": {}}
     try:
@@ -207,8 +207,11 @@ def main() -> None:
             subprocess.run(["git", "worktree", "add", "--detach", str(base), args.baseline_ref], cwd=REPO, check=True,
                            capture_output=True)
             try:
-                doc["gateways"]["baseline"] = {"ref": args.baseline_ref, **measure(
-                    "baseline", base, args, cfg, tenants, releases, rows, evaluated, tmp)}
+                # the baseline reads its own commit's config: today's has keys its schema refuses, and its own
+                # defaults are what it shipped with
+                doc["gateways"]["baseline"] = {"ref": args.baseline_ref, "config": f"{args.baseline_ref}:{args.config}",
+                                               **measure("baseline", base, args, cfg, tenants, releases, rows,
+                                                         evaluated, tmp, config=str(base / args.config))}
             finally:
                 subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=REPO, capture_output=True)
         doc["gateways"]["engine"] = measure("engine", REPO, args, cfg, tenants, releases, rows, evaluated, tmp)
