@@ -110,8 +110,8 @@ def release_table(evals: dict[str, dict], releases: dict[str, dict]) -> str:
     return ("<table><tr><th class=l>tenant</th><th class=l>release</th><th>test Hit@1</th><th>query + history</th>"
             "<th>teacher</th><th>release − q+h</th><th class=l>chosen on validation</th></tr>" + "".join(rows)
             + "</table><p class=note>The release is chosen on the validation split alone (a costlier candidate "
-            "must beat every cheaper one there by more than release.margin_rows rows) and measured here on test rows it never saw. "
-            "Tie-aware Hit@1 with bootstrap intervals.</p>")
+            "must beat every cheaper one there by more than release.margin_rows rows) and measured here on test "
+            "rows it never saw. Tie-aware Hit@1 with bootstrap intervals.</p>")
 
 
 def claims_table(evals: dict[str, dict]) -> str:
