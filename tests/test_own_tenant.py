@@ -113,12 +113,12 @@ def test_the_release_of_a_rules_only_tenant_chooses_among_the_rules():
     cfg = validate_config(yaml.safe_load((REPO / "config.yaml").read_text(encoding="utf-8")))
     tenant = next(t for t in cfg["tenants"] if t["name"] == "chengla")  # its teacher: the embedded resolve rule
     names = [c["name"] for c in release_candidates(cfg, tenant, rules_only=True)[0]]
-    assert names == ["query_history", "teacher"]
+    assert names == ["query_history", "raw", "teacher"]
     students = [c for c in release_candidates(cfg, tenant)[0] if c["kind"] == "model"]
     assert len(students) == len(cfg["release"]["decoding"]) * len({c["source"] for c in students})
-    # an API teacher is a paid call at serving time: rules only means query + history alone
+    # an API teacher is a paid call at serving time: rules only means query + history and the query alone
     api = {**tenant, "teacher": {"provider": "openai"}}
-    assert [c["name"] for c in release_candidates(cfg, api, rules_only=True)[0]] == ["query_history"]
+    assert [c["name"] for c in release_candidates(cfg, api, rules_only=True)[0]] == ["query_history", "raw"]
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """What a tenant's owner could try next, read off the release's validation figures alone (pure).
 
-The release protects the tenant (never below the cheapest rule on validation); this says where the student itself
+The release protects the tenant (never below its first candidate, query + history, on validation); this says where the student itself
 falls short of that rule and which `sft_targets` setting trains it on what retrieval wants (docs/training.md).
 It changes nothing: release.json and the report carry the lines, the log warns.
 """
@@ -11,7 +11,7 @@ from .score import is_plain
 
 
 def advise(figures: list[dict], cands: list[dict], sft_targets: str) -> list[str]:
-    """Lines of advice. `figures` and `cands` as the release scored them (cheapest first, the rule first);
+    """Lines of advice. `figures` and `cands` as the release scored them (in release order, the rule first);
     `sft_targets` what the tenant's student learnt (config.tenant_sft_targets)."""
     if not figures or cands[0]["kind"] == "model" or figures[0].get("mean") is None:
         return []

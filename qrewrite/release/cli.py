@@ -100,10 +100,10 @@ def cmd_release(args) -> None:
 
 def register(sub) -> None:
     p = sub.add_parser("release", help="choose what the tenant gets on the validation split, among "
-                       "release.candidates (shipped: query + history, the teacher where it is the embedded rule, "
-                       "the SFT, preference and RL students, each with its decoding levers); a costlier candidate "
-                       "must win by more than release.margin_rows → models/T/release (release.json, the model's "
-                       "files or none for a rule, lineage.json)")
+                       "release.candidates (shipped: query + history, the query alone, the teacher where it is the "
+                       "embedded rule, the SFT, preference and RL students, each with its decoding levers); a later "
+                       "candidate must beat every earlier one by more than release.margin_rows → models/T/release "
+                       "(release.json, the model's files or none for a rule, lineage.json)")
     common(p, ("--val", "the validation split (results/T/sft/val.jsonl): the only rows the choice sees"),
            ("--queries", "results/T/queries.jsonl (query, profile, history, gold)"),
            ("--out", "models/T/release"))

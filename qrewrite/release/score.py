@@ -53,7 +53,7 @@ def teacher_rule(cfg: dict, tenant: dict) -> tuple[str | None, str]:
 
 
 def release_candidates(cfg: dict, tenant: dict, rules_only: bool = False) -> tuple[list[dict], dict[str, str]]:
-    """(release.candidates × release.decoding, cheapest first: {name, source, kind, artifact, decoding}; the
+    """(release.candidates × release.decoding, in release order: {name, source, kind, artifact, decoding}; the
     candidates left out, name → why). `rules_only`: the rules alone (a tenant without a student)."""
     out, left_out = [], {}
     for name in cfg["release"]["candidates"]:
@@ -122,7 +122,7 @@ def rewrites(cand: dict, cfg: dict, tenant: dict, rows: list[dict], model_dir: s
 def score(cfg: dict, tenant: dict, rows: list[dict], cands: list[dict], models: dict[str, str],
           threads: int | None, generated: dict | None = None,
           reuse_from: str | None = None) -> tuple[list[dict], dict[str, list]]:
-    """(figures cheapest first: {name, mean, ci_low, ci_high, n}, per-row Hit@1 by name) on `rows`.
+    """(figures in release order: {name, mean, ci_low, ci_high, n}, per-row Hit@1 by name) on `rows`.
     `models`: artifact key → model folder; `generated`: `rewrites`' memo of these rows (a caller's, to keep);
     `reuse_from`: the rl stage's rewrites (`rewrites`). A candidate whose texts came from it says so
     (`reused_from`)."""

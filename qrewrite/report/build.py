@@ -109,8 +109,8 @@ def release_table(evals: dict[str, dict], releases: dict[str, dict]) -> str:
         return ""
     return ("<table><tr><th class=l>tenant</th><th class=l>release</th><th>test Hit@1</th><th>query + history</th>"
             "<th>teacher</th><th>release − q+h</th><th class=l>chosen on validation</th></tr>" + "".join(rows)
-            + "</table><p class=note>The release is chosen on the validation split alone (a costlier candidate "
-            "must beat every cheaper one there by more than release.margin_rows rows) and measured here on test "
+            + "</table><p class=note>The release is chosen on the validation split alone (a later candidate "
+            "must beat every earlier one there by more than release.margin_rows rows) and measured here on test "
             "rows it never saw. Tie-aware Hit@1 with bootstrap intervals.</p>")
 
 

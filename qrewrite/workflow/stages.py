@@ -199,9 +199,9 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           params=("pref", "train.device", "base_model"), env="swift", threads=True, mem_mb=16000, runtime=240,
           half="models", student=True, switch="pref.enabled"),
     # the release sees the validation split only (no test, no eval output): tests/test_release.py holds it to that
-    Stage("release", "What the tenant gets, chosen on the validation split: query + history or the embedded teacher "
-          "(rules), SFT, the preference model or RL, each with the decoding levers under consideration; a costlier "
-          "one must win by more than half a row → models/T/release.",
+    Stage("release", "What the tenant gets, chosen on the validation split: query + history, the query alone or the "
+          "embedded teacher (rules), SFT, the preference model or RL, each with the decoding levers under "
+          "consideration; a later one must win by more than half a row → models/T/release.",
           "release", args=(i("val"), i("queries"), i("sft", "sft_merged"), i("pref", "pref_merged"),
                            i("rl", "rl_model"), i("rl-rewrites", "rl_val_rewrites"), o("out", "release")),
           reads=("kb",), params=("release", "pref.enabled", "teacher.provider", "tenant.teacher", "eval.generation",
