@@ -1,8 +1,8 @@
 """What a tenant's owner could try next, read off the release's validation figures alone (pure).
 
-The release protects the tenant (never below its first candidate, query + history, on validation); this says where the student itself
-falls short of that rule and which `sft_targets` setting trains it on what retrieval wants (docs/training.md).
-It changes nothing: release.json and the report carry the lines, the log warns.
+The release protects the tenant (never below its first candidate, query + history, on validation); this says where
+the student itself falls short of that rule and which `sft_targets` setting trains it on what retrieval wants
+(docs/training.md). It changes nothing: release.json and the report carry the lines, the log warns.
 """
 
 from __future__ import annotations

@@ -3,10 +3,11 @@
 Candidates come in release.candidates' order: query + history first (the baseline a tenant is promised), then the
 other rules, the SFT student and the trained ones, cheapest first (within a model, its decoding levers in config
 order). A later candidate is released only when it beats every earlier one on validation by more than `margin_rows`
-rows of tie-aware Hit@1 (the difference of means times the rows scored); otherwise the earlier keeps it. Tie-aware Hit@1 is fractional: a candidate that only breaks a tie its way on a row or two gains a
-fraction of a row, which says nothing the validation rows can resolve, so the margin is counted in rows, not as a
-difference of means that shrinks toward zero. Without a row that has gold documents nothing can be shown to beat
-the first, so the first is released and the decision says why.
+rows of tie-aware Hit@1 (the difference of means times the rows scored); otherwise the earlier keeps it. Tie-aware
+Hit@1 is fractional: a candidate that only breaks a tie its way on a row or two gains a fraction of a row, which says
+nothing the validation rows can resolve, so the margin is counted in rows, not as a difference of means that shrinks
+toward zero. Without a row that has gold documents nothing can be shown to beat the first, so the first is released
+and the decision says why.
 """
 
 from __future__ import annotations
